@@ -1,0 +1,154 @@
+"""The vLLM fleet emulator over real HTTP: cold start, OpenAI API, batching, sleep, faults."""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from sandbox.fleet import Fleet
+from sandbox.replica import wait_until
+
+MODEL = "tiny-llama"
+
+
+def _sample(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " ") or line.startswith(series + "{"):
+            if series + "{" in line and "{" not in series:
+                pass
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{series} not in /metrics")
+
+
+def _metric(base_url: str, series: str) -> float:
+    return _sample(requests.get(base_url + "/metrics", timeout=5).text, series)
+
+
+def test_it_refuses_connections_until_the_cold_start_ends(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile, cold_start_s=0.6)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(replica.base_url + "/health", timeout=1)
+    assert replica.wait_ready(timeout=5)
+    assert requests.get(replica.base_url + "/health", timeout=2).status_code == 200
+    models = requests.get(replica.base_url + "/v1/models", timeout=2).json()
+    assert models["data"][0]["id"] == MODEL
+
+
+def test_it_honours_max_tokens_in_completions_and_chat(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+    body = requests.post(replica.base_url + "/v1/completions", timeout=10,
+                         json={"model": MODEL, "prompt": "one two three", "max_tokens": 5}).json()
+    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 8, "completion_tokens": 5}
+    assert body["choices"][0]["finish_reason"] == "length"
+    chat = requests.post(replica.base_url + "/v1/chat/completions", timeout=10,
+                         json={"model": MODEL, "max_tokens": 4,
+                               "messages": [{"role": "user", "content": "hello"}]}).json()
+    assert chat["object"] == "chat.completion"
+    assert chat["usage"]["completion_tokens"] == 4
+
+
+def test_it_streams_server_sent_events_with_usage(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+    response = requests.post(replica.base_url + "/v1/completions", stream=True, timeout=10, json={
+        "model": MODEL, "prompt": "hi", "max_tokens": 6, "stream": True,
+        "stream_options": {"include_usage": True}})
+    events = [line[len(b"data: "):] for line in response.iter_lines() if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert len(text.split()) == 6
+    assert chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_it_rejects_an_unknown_model_like_vllm(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+    response = requests.post(replica.base_url + "/v1/completions", timeout=5,
+                             json={"model": "other", "prompt": "x", "max_tokens": 1})
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "NotFoundError"
+
+
+def test_it_queues_beyond_max_num_seqs_and_reports_it(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+
+    def complete(_: int) -> int:
+        return requests.post(replica.base_url + "/v1/completions", timeout=20,
+                             json={"model": MODEL, "prompt": "a b", "max_tokens": 15}).status_code
+
+    with ThreadPoolExecutor(6) as pool:
+        results = pool.map(complete, range(6))
+        assert wait_until(lambda: _metric(replica.base_url, "vllm:num_requests_waiting") == 4, 3)
+        assert _metric(replica.base_url, "vllm:num_requests_running") == 2
+        assert list(results) == [200] * 6
+    metrics = requests.get(replica.base_url + "/metrics", timeout=5).text
+    assert _sample(metrics, "vllm:num_requests_waiting") == 0
+    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny-llama"} 6.0' in metrics
+    assert _sample(metrics, "vllm:generation_tokens_total") == 90
+    # Three waves of two: the last pair waited about two requests' worth (2 x 15 x 20 ms).
+    assert _sample(metrics, "vllm:request_queue_time_seconds_sum") > 1.0
+    assert 'vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="tiny-llama"} 6.0' in metrics
+
+
+def test_it_runs_faster_with_a_speed_factor_but_reports_model_time(small_profile) -> None:
+    with Fleet(speed=10) as fleet:
+        replica = fleet.add_replica(MODEL, profile=small_profile, cold_start_s=5)
+        assert replica.wait_ready(timeout=2)  # 5 model seconds = 0.5 wall seconds
+        started = time.monotonic()
+        requests.post(replica.base_url + "/v1/completions", timeout=10,
+                      json={"model": MODEL, "prompt": "a", "max_tokens": 50})
+        assert time.monotonic() - started < 0.6  # 50 x 20 ms = 1 model second
+        assert _metric(replica.base_url, "vllm:e2e_request_latency_seconds_sum") >= 1.0
+
+
+def test_it_sleeps_and_wakes_through_the_dev_endpoints(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+    url = replica.base_url
+    assert requests.post(url + "/sleep?level=1", timeout=2).json() == {"status": "sleeping", "level": 1}
+    assert requests.get(url + "/is_sleeping", timeout=2).json() == {"is_sleeping": True}
+    metrics = requests.get(url + "/metrics", timeout=2).text
+    assert f'vllm:engine_sleep_state{{engine="0",model_name="{MODEL}",sleep_state="weights_offloaded"}} 1.0' in metrics
+    assert requests.get(url + "/health", timeout=2).status_code == 200  # health ignores sleep
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(requests.post, url + "/v1/completions", timeout=10,
+                              json={"model": MODEL, "prompt": "a", "max_tokens": 2})
+        assert wait_until(lambda: _metric(url, "vllm:num_requests_waiting") == 1, 2)
+        requests.post(url + "/wake_up", timeout=2)
+        assert pending.result().status_code == 200
+    assert requests.get(url + "/is_sleeping", timeout=2).json() == {"is_sleeping": False}
+
+
+def test_it_injects_errors_slowness_hangs_and_death(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+    url, body = replica.base_url, {"model": MODEL, "prompt": "a", "max_tokens": 1}
+
+    replica.faults.error_rate = 1.0
+    assert requests.post(url + "/v1/completions", json=body, timeout=5).status_code == 500
+    replica.faults.error_rate = 0.0
+
+    replica.faults.extra_latency_s = 0.4
+    started = time.monotonic()
+    requests.post(url + "/v1/completions", json=body, timeout=5)
+    assert time.monotonic() - started >= 0.4
+    replica.faults.extra_latency_s = 0.0
+
+    replica.set_hung(True)
+    with pytest.raises(requests.Timeout):
+        requests.get(url + "/health", timeout=0.3)
+    replica.set_hung(False)
+    assert requests.get(url + "/health", timeout=2).status_code == 200
+
+    replica.kill()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url + "/health", timeout=1)
+    replica.restart()
+    assert replica.wait_ready(timeout=5)
+    assert requests.get(url + "/health", timeout=2).status_code == 200
