@@ -166,6 +166,8 @@ SPECTACULAR_SETTINGS = {
 # Redis is the Celery broker in production; the embedded demo runs tasks without it.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_ENABLED = env_bool("CELERY_ENABLED", False)
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in-process
 
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)

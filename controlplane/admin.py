@@ -1,0 +1,80 @@
+"""Django admin: configuration goes through the same audited services as the UI and API."""
+from __future__ import annotations
+
+from django.contrib import admin
+
+from controlplane import services
+from controlplane.choices import Channel
+from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Membership, Pool, ScheduleWindow, Team
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
+        before = services.snapshot(type(obj).objects.get(pk=obj.pk)) if change else None
+        services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before)
+
+    def delete_model(self, request, obj) -> None:  # noqa: ANN001
+        services.delete_with_audit(services.Actor.from_request(request, Channel.WEB), obj)
+
+    def delete_queryset(self, request, queryset) -> None:  # noqa: ANN001
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+
+
+@admin.register(Team)
+class TeamAdmin(AuditedAdmin):
+    list_display = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+
+@admin.register(Cluster)
+class ClusterAdmin(AuditedAdmin):
+    list_display = ["name", "region", "team", "kube_api_url", "time_zone"]
+    list_filter = ["team", "region"]
+
+
+class SLOInline(admin.TabularInline):
+    model = SLO
+    extra = 0
+
+
+@admin.register(Pool)
+class PoolAdmin(AuditedAdmin):
+    list_display = ["name", "cluster", "team", "model_name", "gpu_type", "min_replicas", "max_replicas"]
+    list_filter = ["cluster", "team", "priority"]
+    inlines = [SLOInline]
+
+
+@admin.register(ScheduleWindow)
+class ScheduleWindowAdmin(AuditedAdmin):
+    list_display = ["name", "pool", "weekday", "start", "end", "time_zone", "prescale_factor"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "user", "name", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["user", "prefix", "digest", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+        return False  # tokens are issued by `manage.py issue_token` or the API, which show them once
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "actor_name", "channel", "action", "object_type", "object_repr"]
+    list_filter = ["channel", "action", "object_type"]
+
+    def has_add_permission(self, request) -> bool:  # noqa: ANN001
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
+        return False

@@ -1,0 +1,107 @@
+"""Serializers for the core inventory. Validation lives on the models; these only translate."""
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import serializers
+
+from controlplane import permissions
+from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
+
+
+class ScopedModelSerializer(serializers.ModelSerializer):
+    """Runs the model's own `clean()` and only offers related objects the user can see."""
+
+    def get_fields(self):  # noqa: ANN201
+        fields = super().get_fields()
+        request = self.context.get("request")
+        for field in fields.values():
+            target = getattr(field, "child_relation", field)
+            queryset = getattr(target, "queryset", None)
+            if request is not None and queryset is not None and queryset.model in permissions.TEAM_LOOKUPS:
+                target.queryset = permissions.scoped(queryset, request.user)
+        return fields
+
+    def validate(self, attrs):  # noqa: ANN001, ANN201
+        attrs = super().validate(attrs)
+        model = self.Meta.model
+        fields = model._meta.concrete_fields
+        instance = model(**{f.attname: getattr(self.instance, f.attname) for f in fields}) if self.instance else model()
+        for name, value in attrs.items():
+            setattr(instance, name, value)
+        try:
+            instance.clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(serializers.as_serializer_error(exc)) from None
+        return attrs
+
+
+class TeamSerializer(ScopedModelSerializer):
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug"]
+
+
+
+
+class ClusterSerializer(ScopedModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id", "name", "team", "region", "kube_api_url", "credentials_ref", "prometheus_url",
+            "time_zone", "off_hours", "gpu_prices",
+        ]
+
+
+class SLOSerializer(ScopedModelSerializer):
+    class Meta:
+        model = SLO
+        fields = ["id", "pool", "indicator", "threshold", "objective", "window_days"]
+
+
+class ScheduleWindowSerializer(ScopedModelSerializer):
+    class Meta:
+        model = ScheduleWindow
+        fields = ["id", "pool", "name", "weekday", "start", "end", "time_zone", "prescale_factor", "lead_minutes"]
+
+
+class PoolSerializer(ScopedModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    cluster_name = serializers.CharField(source="cluster.name", read_only=True)
+    slos = SLOSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Pool
+        fields = [
+            "id", "name", "cluster", "cluster_name", "team", "namespace", "deployment", "model_name",
+            "gpu_type", "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
+            "target_queue_per_replica", "cold_start_p50_s", "cold_start_p95_s", "scaling_target",
+            "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "slos",
+        ]
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id", "at", "actor_name", "channel", "action", "object_type", "object_id", "object_repr",
+            "before", "after", "request_id",
+        ]
+        read_only_fields = fields
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class IssuedApiTokenSerializer(ApiTokenSerializer):
+    """The answer to creating a token: the only time the raw token is shown."""
+
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]

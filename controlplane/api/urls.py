@@ -1,0 +1,14 @@
+from rest_framework.routers import DefaultRouter
+
+from controlplane.api import views
+
+router = DefaultRouter()
+router.register("teams", views.TeamViewSet)
+router.register("clusters", views.ClusterViewSet)
+router.register("pools", views.PoolViewSet)
+router.register("slos", views.SLOViewSet)
+router.register("schedules", views.ScheduleWindowViewSet)
+router.register("audit", views.AuditEventViewSet)
+router.register("tokens", views.ApiTokenViewSet, basename="apitoken")
+
+urlpatterns = router.urls

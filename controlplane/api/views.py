@@ -1,0 +1,169 @@
+"""REST API for the core inventory: short declarations on top of one scoped base class."""
+from __future__ import annotations
+
+import django_filters
+from django.db import transaction
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+
+from controlplane import permissions, services
+from controlplane.api import serializers
+from controlplane.choices import AuditAction, Channel, Role
+from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
+
+
+class TeamScopedViewSet(viewsets.ModelViewSet):
+    """Every inventory viewset: queryset scoped to the user's teams, writes audited, roles checked."""
+
+    action_roles: dict[str, str] = {}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    @property
+    def actor(self) -> services.Actor:
+        return services.Actor.from_request(self.request, Channel.API)
+
+    def _check_team_role(self, serializer, role: str = Role.ADMIN) -> None:  # noqa: ANN001
+        """The payload's team (new or changed) must be one where the user holds `role`."""
+        unsaved = serializer.Meta.model(
+            **{k: v for k, v in serializer.validated_data.items() if not isinstance(v, list)}
+        )
+        if serializer.instance is not None:
+            for field in serializer.Meta.model._meta.concrete_fields:
+                if field.name not in serializer.validated_data:
+                    setattr(unsaved, field.attname, getattr(serializer.instance, field.attname))
+        team = permissions.owning_team(unsaved)
+        if team is None or not services.has_role(self.request.user, team, role):
+            raise PermissionDenied(f"You need the {role} role in team '{team}' for this change.")
+
+    def perform_create(self, serializer) -> None:  # noqa: ANN001
+        self._check_team_role(serializer)
+        with transaction.atomic():
+            instance = serializer.save()
+            services.record(self.actor, AuditAction.CREATE, instance)
+
+    def perform_update(self, serializer) -> None:  # noqa: ANN001
+        self._check_team_role(serializer)
+        before = services.snapshot(serializer.instance)
+        with transaction.atomic():
+            instance = serializer.save()
+            services.record(self.actor, AuditAction.UPDATE, instance, before=before)
+
+    def perform_destroy(self, instance) -> None:  # noqa: ANN001
+        services.delete_with_audit(self.actor, instance)
+
+
+class TeamViewSet(TeamScopedViewSet):
+    queryset = Team.objects.all()
+    serializer_class = serializers.TeamSerializer
+    lookup_field = "slug"
+    filterset_fields = ["slug"]
+
+    def perform_create(self, serializer) -> None:  # noqa: ANN001
+        # A new team has no members yet, so only a superuser can create one.
+        if not self.request.user.is_superuser:
+            raise PermissionDenied("Only a superuser can create teams.")
+        with transaction.atomic():
+            services.record(self.actor, AuditAction.CREATE, serializer.save())
+
+
+class ClusterFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug")
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "team", "region"]
+
+
+class ClusterViewSet(TeamScopedViewSet):
+    queryset = Cluster.objects.select_related("team")
+    serializer_class = serializers.ClusterSerializer
+    filterset_class = ClusterFilter
+
+
+class PoolFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug")
+    cluster_name = django_filters.CharFilter(field_name="cluster__name")
+
+    class Meta:
+        model = Pool
+        fields = ["cluster", "cluster_name", "team", "name", "model_name", "gpu_type", "priority"]
+
+
+class PoolViewSet(TeamScopedViewSet):
+    queryset = Pool.objects.select_related("cluster", "team").prefetch_related("slos")
+    serializer_class = serializers.PoolSerializer
+    filterset_class = PoolFilter
+
+
+class SLOFilter(django_filters.FilterSet):
+    cluster = django_filters.NumberFilter(field_name="pool__cluster")
+    team = django_filters.CharFilter(field_name="pool__team__slug")
+
+    class Meta:
+        model = SLO
+        fields = ["pool", "cluster", "team", "indicator"]
+
+
+class SLOViewSet(TeamScopedViewSet):
+    queryset = SLO.objects.select_related("pool__cluster")
+    serializer_class = serializers.SLOSerializer
+    filterset_class = SLOFilter
+
+
+class ScheduleFilter(django_filters.FilterSet):
+    cluster = django_filters.NumberFilter(field_name="pool__cluster")
+    team = django_filters.CharFilter(field_name="pool__team__slug")
+
+    class Meta:
+        model = ScheduleWindow
+        fields = ["pool", "cluster", "team", "weekday"]
+
+
+class ScheduleWindowViewSet(TeamScopedViewSet):
+    queryset = ScheduleWindow.objects.select_related("pool__cluster")
+    serializer_class = serializers.ScheduleWindowSerializer
+    filterset_class = ScheduleFilter
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log: append-only, so read-only here."""
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = serializers.AuditEventSerializer
+    filterset_fields = ["channel", "action", "object_type", "object_id", "actor_name", "request_id"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return services.visible_audit_events(self.request.user)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet
+):
+    """The caller's own API tokens. Creating one shows it once; deleting one revokes it."""
+
+    serializer_class = serializers.ApiTokenSerializer
+    permission_classes = [IsAuthenticated]
+
+    def get_queryset(self):  # noqa: ANN201
+        return ApiToken.objects.filter(user=self.request.user)
+
+    @extend_schema(responses={201: serializers.IssuedApiTokenSerializer})
+    def create(self, request, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, raw = services.issue_token(
+            request.user,
+            services.Actor.from_request(request, Channel.API),
+            name=serializer.validated_data.get("name", ""),
+            expires_at=serializer.validated_data.get("expires_at"),
+        )
+        token.token = raw
+        return Response(serializers.IssuedApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance) -> None:  # noqa: ANN001
+        services.revoke_token(instance, services.Actor.from_request(self.request, Channel.API))

@@ -1,0 +1,102 @@
+"""Typed views of the JSON settings stored on clusters.
+
+JSON fields are parsed here once, into frozen dataclasses, so no other code pokes at raw dicts.
+Parsers raise ValueError with a message fit to show a user next to the field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import time
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+
+@dataclass(frozen=True)
+class OffHoursWindow:
+    """A weekly window (in the cluster's time zone) where proposals may be auto-approved."""
+
+    weekdays: tuple[int, ...]  # 0 = Monday
+    start: time
+    end: time  # may be earlier than start: the window then runs past midnight
+
+    def contains(self, weekday: int, at: time) -> bool:
+        if self.start <= self.end:
+            return weekday in self.weekdays and self.start <= at < self.end
+        # Past midnight: the part after midnight belongs to the previous day's window.
+        if at >= self.start:
+            return weekday in self.weekdays
+        return at < self.end and (weekday - 1) % 7 in self.weekdays
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    on_demand_usd_per_hour: float
+    spot_usd_per_hour: float | None = None
+
+
+def parse_time_zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r} (use an IANA name such as 'Europe/Paris')") from None
+
+
+def _parse_hhmm(value: Any, where: str) -> time:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string 'HH:MM'")
+    try:
+        return time.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{where} must be 'HH:MM', got {value!r}") from None
+
+
+def parse_off_hours(raw: Any) -> list[OffHoursWindow]:
+    """Parse `[{"weekdays": [0..6], "start": "HH:MM", "end": "HH:MM"}, ...]`."""
+    if raw in (None, ""):
+        return []
+    if not isinstance(raw, list):
+        raise ValueError("must be a list of windows like {\"weekdays\": [5, 6], \"start\": \"00:00\", \"end\": \"23:59\"}")
+    windows = []
+    for index, item in enumerate(raw):
+        where = f"window {index}"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where} must be an object")
+        unknown = set(item) - {"weekdays", "start", "end"}
+        if unknown:
+            raise ValueError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+        weekdays = item.get("weekdays")
+        if not isinstance(weekdays, list) or not weekdays or not all(
+            isinstance(day, int) and not isinstance(day, bool) and 0 <= day <= 6 for day in weekdays
+        ):
+            raise ValueError(f"{where}: weekdays must be a non-empty list of integers 0 (Monday) to 6 (Sunday)")
+        start = _parse_hhmm(item.get("start"), f"{where}: start")
+        end = _parse_hhmm(item.get("end"), f"{where}: end")
+        if start == end:
+            raise ValueError(f"{where}: start and end must differ")
+        windows.append(OffHoursWindow(tuple(sorted(set(weekdays))), start, end))
+    return windows
+
+
+def parse_gpu_prices(raw: Any) -> dict[str, GpuPrice]:
+    """Parse `{"H100": {"on_demand": 4.0, "spot": 1.9}, ...}` (USD per GPU-hour)."""
+    if raw in (None, ""):
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError("must be an object mapping GPU type to {\"on_demand\": USD/h, \"spot\": USD/h}")
+    prices = {}
+    for gpu_type, item in raw.items():
+        if not isinstance(item, dict) or "on_demand" not in item:
+            raise ValueError(f"{gpu_type}: needs at least an 'on_demand' price in USD per GPU-hour")
+        unknown = set(item) - {"on_demand", "spot"}
+        if unknown:
+            raise ValueError(f"{gpu_type}: unknown keys: {', '.join(sorted(unknown))}")
+        values = {}
+        for key in ("on_demand", "spot"):
+            value = item.get(key)
+            if value is None and key == "spot":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{gpu_type}: {key} must be a number >= 0")
+            values[key] = float(value)
+        prices[gpu_type] = GpuPrice(values["on_demand"], values.get("spot"))
+    return prices

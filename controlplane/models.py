@@ -1,0 +1,322 @@
+"""Core inventory: teams and their members, clusters, pools, SLOs, schedules; API tokens; audit log."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from controlplane import config
+from controlplane.choices import (
+    Channel,
+    PriorityTier,
+    Role,
+    ScalingTarget,
+    SloIndicator,
+    Weekday,
+)
+
+k8s_name_validators = [
+    # RFC 1123 label, as Kubernetes requires for namespaces and most object names.
+    models.fields.validators.RegexValidator(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        "Use lowercase letters, digits and '-', starting and ending with a letter or digit.",
+    ),
+]
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in a team. Object access follows team membership."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.team}"
+
+
+class Cluster(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=63, unique=True, validators=k8s_name_validators)
+    region = models.CharField(max_length=64, blank=True)
+    kube_api_url = models.URLField("Kubernetes API URL", max_length=300)
+    # The name of a secret holding the credentials, never the credentials themselves.
+    credentials_ref = models.CharField(max_length=200, blank=True)
+    prometheus_url = models.URLField("Prometheus URL", max_length=300, blank=True)
+    time_zone = models.CharField(max_length=64, default="UTC")
+    off_hours = models.JSONField(
+        default=list, blank=True, help_text='Auto-approval windows: [{"weekdays": [5, 6], "start": "00:00", "end": "23:59"}]'
+    )
+    gpu_prices = models.JSONField(
+        default=dict, blank=True, help_text='USD per GPU-hour: {"H100": {"on_demand": 4.0, "spot": 1.9}}'
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors = {}
+        for field, parse in (
+            ("time_zone", config.parse_time_zone),
+            ("off_hours", config.parse_off_hours),
+            ("gpu_prices", config.parse_gpu_prices),
+        ):
+            try:
+                parse(getattr(self, field))
+            except ValueError as exc:
+                errors[field] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def off_hours_windows(self) -> list[config.OffHoursWindow]:
+        return config.parse_off_hours(self.off_hours)
+
+    @property
+    def prices(self) -> dict[str, config.GpuPrice]:
+        return config.parse_gpu_prices(self.gpu_prices)
+
+
+class Pool(models.Model):
+    """One vLLM deployment serving one model in one cluster."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pools")
+    name = models.CharField(max_length=63, validators=k8s_name_validators)
+    namespace = models.CharField(max_length=63, validators=k8s_name_validators)
+    deployment = models.CharField(max_length=253, validators=k8s_name_validators)
+    model_name = models.CharField("served model name", max_length=200)
+    gpu_type = models.CharField(max_length=50)
+    gpus_per_replica = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    min_replicas = models.PositiveIntegerField(default=1)
+    max_replicas = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
+    warm_pool_fraction = models.FloatField(
+        default=0.4,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of the expected peak kept ready ahead of demand.",
+    )
+    target_queue_per_replica = models.FloatField(
+        default=5.0, validators=[MinValueValidator(0.1)], help_text="Waiting requests per ready replica to aim for."
+    )
+    cold_start_p50_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
+    cold_start_p95_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
+    scaling_target = models.CharField(max_length=16, choices=ScalingTarget.choices, default=ScalingTarget.DEPLOYMENT)
+    scaled_object = models.CharField("KEDA ScaledObject", max_length=253, blank=True)
+    route_name = models.CharField("HTTPRoute", max_length=253, blank=True)
+    route_backend = models.CharField("route backend (Service)", max_length=253, blank=True)
+    fallback_pool = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="fallback_for"
+    )
+    priority = models.CharField(max_length=16, choices=PriorityTier.choices, default=PriorityTier.STANDARD)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="pool_unique_name_per_cluster"),
+            models.CheckConstraint(condition=Q(min_replicas__lte=F("max_replicas")), name="pool_min_le_max"),
+            models.CheckConstraint(condition=Q(max_replicas__gte=1), name="pool_max_ge_1"),
+            models.CheckConstraint(condition=Q(gpus_per_replica__gte=1), name="pool_gpus_ge_1"),
+            models.CheckConstraint(
+                condition=Q(warm_pool_fraction__gte=0) & Q(warm_pool_fraction__lte=1), name="pool_warm_fraction_0_1"
+            ),
+            models.CheckConstraint(condition=Q(target_queue_per_replica__gt=0), name="pool_target_queue_gt_0"),
+            models.CheckConstraint(
+                condition=Q(cold_start_p50_s__isnull=True)
+                | Q(cold_start_p95_s__isnull=True)
+                | Q(cold_start_p50_s__lte=F("cold_start_p95_s")),
+                name="pool_cold_start_p50_le_p95",
+            ),
+            models.CheckConstraint(condition=~Q(fallback_pool=F("id")), name="pool_fallback_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}" if self.cluster_id else self.name
+
+    def clean(self) -> None:
+        errors = {}
+        if self.min_replicas is not None and self.max_replicas is not None and self.min_replicas > self.max_replicas:
+            errors["min_replicas"] = (
+                f"min_replicas ({self.min_replicas}) must not exceed max_replicas ({self.max_replicas})."
+            )
+        if (
+            self.cold_start_p50_s is not None
+            and self.cold_start_p95_s is not None
+            and self.cold_start_p50_s > self.cold_start_p95_s
+        ):
+            errors["cold_start_p50_s"] = "The cold-start p50 must not exceed the p95."
+        if self.fallback_pool_id is not None:
+            if self.pk is not None and self.fallback_pool_id == self.pk:
+                errors["fallback_pool"] = "A pool cannot be its own fallback."
+            elif self.cluster_id is not None and self.fallback_pool.cluster_id != self.cluster_id:
+                errors["fallback_pool"] = "The fallback pool must be in the same cluster."
+        if self.scaling_target == ScalingTarget.KEDA and not self.scaled_object:
+            errors["scaled_object"] = "Name the KEDA ScaledObject when the pool is scaled through KEDA."
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def gpus_at_max(self) -> int:
+        return self.max_replicas * self.gpus_per_replica
+
+
+class SLO(models.Model):
+    """A service-level objective: `objective` of requests must meet `threshold` over `window_days`."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="slos")
+    indicator = models.CharField(max_length=32, choices=SloIndicator.choices)
+    threshold = models.FloatField(
+        validators=[MinValueValidator(0.0)], help_text="Milliseconds for latency indicators, a fraction for error rate."
+    )
+    objective = models.FloatField(
+        default=0.99,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of requests (or time) that must meet the threshold, e.g. 0.99.",
+    )
+    window_days = models.PositiveSmallIntegerField(default=28, validators=[MinValueValidator(1), MaxValueValidator(90)])
+
+    class Meta:
+        verbose_name = "SLO"
+        ordering = ["pool_id", "indicator"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "indicator"], name="slo_unique_indicator_per_pool"),
+            models.CheckConstraint(condition=Q(threshold__gt=0), name="slo_threshold_gt_0"),
+            models.CheckConstraint(condition=Q(objective__gt=0) & Q(objective__lt=1), name="slo_objective_0_1"),
+            models.CheckConstraint(condition=Q(window_days__gte=1) & Q(window_days__lte=90), name="slo_window_1_90"),
+        ]
+
+    def __str__(self) -> str:
+        unit = " ms" if SloIndicator.is_latency(self.indicator) else ""
+        return f"{self.pool}: {self.indicator} ≤ {self.threshold:g}{unit} for {self.objective:.2%}"
+
+    def clean(self) -> None:
+        errors = {}
+        if self.threshold is not None and self.threshold <= 0:
+            errors["threshold"] = "The threshold must be greater than 0."
+        if self.indicator == SloIndicator.ERROR_RATE and self.threshold is not None and self.threshold >= 1:
+            errors["threshold"] = "An error-rate threshold is a fraction below 1 (e.g. 0.01 for 1 %)."
+        if self.objective is not None and not 0 < self.objective < 1:
+            errors["objective"] = "The objective is a fraction strictly between 0 and 1 (e.g. 0.99)."
+        if errors:
+            raise ValidationError(errors)
+
+
+class ScheduleWindow(models.Model):
+    """A recurring known peak: pre-scale by `prescale_factor` before it starts."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="schedules")
+    name = models.CharField(max_length=100)
+    weekday = models.PositiveSmallIntegerField(choices=Weekday.choices)
+    start = models.TimeField()
+    end = models.TimeField(help_text="May be earlier than start: the window then runs past midnight.")
+    time_zone = models.CharField(max_length=64, default="UTC")
+    prescale_factor = models.FloatField(
+        default=1.4, validators=[MinValueValidator(1.0), MaxValueValidator(20.0)], help_text="1.4 means +40 %."
+    )
+    lead_minutes = models.PositiveSmallIntegerField(
+        default=10, validators=[MaxValueValidator(240)], help_text="How long before the start to pre-scale."
+    )
+
+    class Meta:
+        ordering = ["pool_id", "weekday", "start"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "name"], name="schedule_unique_name_per_pool"),
+            models.CheckConstraint(condition=Q(weekday__gte=0) & Q(weekday__lte=6), name="schedule_weekday_0_6"),
+            models.CheckConstraint(condition=~Q(start=F("end")), name="schedule_start_ne_end"),
+            models.CheckConstraint(
+                condition=Q(prescale_factor__gte=1) & Q(prescale_factor__lte=20), name="schedule_factor_1_20"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        day = Weekday(self.weekday).label if self.weekday is not None else "?"
+        return f"{self.pool}: {self.name} ({day} {self.start:%H:%M}-{self.end:%H:%M} {self.time_zone})"
+
+    def clean(self) -> None:
+        errors = {}
+        try:
+            config.parse_time_zone(self.time_zone)
+        except ValueError as exc:
+            errors["time_zone"] = str(exc)
+        if self.start is not None and self.start == self.end:
+            errors["end"] = "The end must differ from the start."
+        if errors:
+            raise ValidationError(errors)
+
+
+class ApiToken(models.Model):
+    """An API token. Only its SHA-256 digest and a short non-secret prefix are stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):  # noqa: ANN003
+        raise PermissionError("The audit log is append-only.")
+
+    def delete(self):
+        raise PermissionError("The audit log is append-only.")
+
+
+class AuditEvent(models.Model):
+    """Append-only record of every action: who, through which channel, on what, before and after."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_name = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    action = models.CharField(max_length=32)
+    object_type = models.CharField(max_length=64, db_index=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=300, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type} {self.object_repr}"
+
+    def save(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        if self.pk is not None:
+            raise PermissionError("The audit log is append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        raise PermissionError("The audit log is append-only.")

@@ -1,0 +1,82 @@
+"""Role checks and team scoping shared by every API viewset and web view.
+
+A user sees the objects of the teams they belong to; what they may change depends on their role in
+the object's team. The scoping lives here, in one place, so no view can forget it.
+"""
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from rest_framework import permissions
+
+from controlplane import services
+from controlplane.choices import Role
+from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow, Team
+
+# Paths from each model to the team(s) that own it; an object is visible through any of them.
+TEAM_LOOKUPS: dict[type[models.Model], tuple[str, ...]] = {
+    Team: ("id",),
+    Cluster: ("team", "pools__team"),
+    Pool: ("team",),
+    SLO: ("pool__team",),
+    ScheduleWindow: ("pool__team",),
+    AuditEvent: ("team",),
+}
+
+
+def scoped(queryset: models.QuerySet, user) -> models.QuerySet:  # noqa: ANN001
+    """Restrict a queryset to the objects the user's teams own."""
+    team_ids = services.visible_team_ids(user)
+    if team_ids is None:
+        return queryset
+    lookups = TEAM_LOOKUPS[queryset.model]
+    condition = Q()
+    for lookup in lookups:
+        condition |= Q(**{f"{lookup}__in": team_ids})
+    queryset = queryset.filter(condition)
+    return queryset.distinct() if any("__" in lookup for lookup in lookups) else queryset
+
+
+def owning_team(obj: models.Model) -> Team | None:
+    """The team whose role rules changes to this object (the first lookup path)."""
+    if isinstance(obj, Team):
+        return obj
+    current = obj
+    for attribute in TEAM_LOOKUPS[type(obj)][0].split("__"):
+        current = getattr(current, attribute, None)
+    return current
+
+
+class RolePermission(permissions.BasePermission):
+    """Reads need a login; each write action needs the role the view names for it.
+
+    Views set `action_roles` (action name -> role). The object-level check uses the role in the
+    object's own team; creation is checked by the view once the payload names a team.
+    """
+
+    message = "Your role in this team does not allow this action."
+    default_write_role = Role.ADMIN
+
+    def _required_role(self, request, view) -> str | None:  # noqa: ANN001
+        action = getattr(view, "action", None)
+        roles = getattr(view, "action_roles", {})
+        if action in roles:
+            return roles[action]
+        if request.method in permissions.SAFE_METHODS:
+            return None
+        return self.default_write_role
+
+    def has_permission(self, request, view) -> bool:  # noqa: ANN001
+        if not request.user or not request.user.is_authenticated:
+            return False
+        role = self._required_role(request, view)
+        if role is None or request.user.is_superuser:
+            return True
+        # Fail fast for users who hold the role in no team at all.
+        return services.visible_team_ids(request.user, min_role=role).exists()
+
+    def has_object_permission(self, request, view, obj) -> bool:  # noqa: ANN001
+        role = self._required_role(request, view)
+        if role is None:
+            return True
+        return services.has_role(request.user, owning_team(obj), role)

@@ -1,0 +1,218 @@
+"""Core workflows: who may do what, API tokens, and the audit log.
+
+Views, the API, Slack handlers and commands call these; they never write audit rows themselves.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core import serializers
+from django.db import models, transaction
+from django.utils import timezone
+
+from controlplane.choices import AuditAction, Channel, Role
+from controlplane.models import ApiToken, AuditEvent, Membership, Team
+
+# Writing last_used_at on every request would turn each API read into a write.
+TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting, through which channel, in which request."""
+
+    user: AbstractBaseUser | None
+    channel: str
+    request_id: str = ""
+
+    @property
+    def name(self) -> str:
+        if self.user is None or isinstance(self.user, AnonymousUser):
+            return f"{self.channel}:system"
+        return self.user.get_username()
+
+    @classmethod
+    def from_request(cls, request: Any, channel: str) -> Actor:
+        user = request.user if request.user.is_authenticated else None
+        return cls(user=user, channel=channel, request_id=getattr(request, "request_id", ""))
+
+
+# --- roles and scoping -------------------------------------------------------------------------
+
+
+def role_in(user: AbstractBaseUser | AnonymousUser, team: Team | int | None) -> str | None:
+    """The user's role in the team; superusers are admins everywhere."""
+    if not user.is_authenticated or team is None:
+        return None
+    if user.is_superuser:
+        return Role.ADMIN
+    team_id = team.pk if isinstance(team, Team) else team
+    return Membership.objects.filter(user=user, team_id=team_id).values_list("role", flat=True).first()
+
+
+def has_role(user: AbstractBaseUser | AnonymousUser, team: Team | int | None, role: str) -> bool:
+    return Role.rank(role_in(user, team)) >= Role.rank(role)
+
+
+def visible_team_ids(user: AbstractBaseUser | AnonymousUser, min_role: str = Role.VIEWER) -> models.QuerySet | None:
+    """Ids of the teams whose objects the user may see (None means all: a superuser)."""
+    if not user.is_authenticated:
+        return Team.objects.none().values("id")
+    if user.is_superuser:
+        return None
+    roles = [role for role in Role.values if Role.rank(role) >= Role.rank(min_role)]
+    return Membership.objects.filter(user=user, role__in=roles).values("team_id")
+
+
+def set_membership(user: AbstractBaseUser, team: Team, role: str, actor: Actor) -> Membership:
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(user=user, team=team).first()
+        before = snapshot(membership) if membership else None
+        if membership is None:
+            membership = Membership.objects.create(user=user, team=team, role=role)
+        elif membership.role != role:
+            membership.role = role
+            membership.save(update_fields=["role"])
+        else:
+            return membership
+        record(actor, AuditAction.UPDATE if before else AuditAction.CREATE, membership, before=before, team=team)
+    return membership
+
+
+def visible_audit_events(user: AbstractBaseUser) -> models.QuerySet:
+    """Events about a team's objects follow the team; events with no team are the actor's own."""
+    team_ids = visible_team_ids(user)
+    if team_ids is None:
+        return AuditEvent.objects.all()
+    return AuditEvent.objects.filter(models.Q(team__in=team_ids) | models.Q(team__isnull=True, actor=user))
+
+
+# --- audit ------------------------------------------------------------------------------------
+
+
+def snapshot(obj: models.Model | None) -> dict[str, Any] | None:
+    """A JSON-safe copy of a model's fields, for the audit log's before/after."""
+    if obj is None:
+        return None
+    return json.loads(serializers.serialize("json", [obj]))[0]["fields"] | {"id": obj.pk}
+
+
+def _team_of(obj: models.Model) -> Team | None:
+    for path in ("team", "pool.team"):
+        current: Any = obj
+        for attribute in path.split("."):
+            current = getattr(current, attribute, None)
+        if isinstance(current, Team):
+            return current
+    return obj if isinstance(obj, Team) else None
+
+
+def record(
+    actor: Actor,
+    action: str,
+    obj: models.Model,
+    *,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None | bool = True,
+    team: Team | None = None,
+) -> AuditEvent:
+    """Append one audit event. `after=True` (the default) snapshots `obj` as it is now."""
+    return AuditEvent.objects.create(
+        actor=actor.user,
+        actor_name=actor.name,
+        channel=actor.channel,
+        action=action,
+        object_type=obj._meta.label_lower,
+        object_id=str(obj.pk or before and before.get("id") or ""),
+        object_repr=str(obj)[:300],
+        before=before,
+        after=snapshot(obj) if after is True else (after or None),
+        request_id=actor.request_id,
+        team=team or _team_of(obj),
+    )
+
+
+def save_with_audit(actor: Actor, obj: models.Model, before: dict[str, Any] | None = None) -> models.Model:
+    """Save a validated object and record the change, in one transaction."""
+    with transaction.atomic():
+        obj.save()
+        record(actor, AuditAction.UPDATE if before else AuditAction.CREATE, obj, before=before)
+    return obj
+
+
+def upsert_with_audit(actor: Actor, model: type[models.Model], lookup: dict[str, Any], defaults: dict[str, Any]):  # noqa: ANN201
+    """Create or update one object by `lookup`; records an event only when something changed."""
+    with transaction.atomic():
+        obj = model.objects.select_for_update().filter(**lookup).first()
+        if obj is None:
+            obj = model(**lookup, **defaults)
+            obj.full_clean()
+            return save_with_audit(actor, obj)
+        before = snapshot(obj)
+        for name, value in defaults.items():
+            setattr(obj, name, value)
+        obj.full_clean()
+        if snapshot(obj) != before:
+            save_with_audit(actor, obj, before=before)
+        return obj
+
+
+def delete_with_audit(actor: Actor, obj: models.Model) -> None:
+    with transaction.atomic():
+        before = snapshot(obj)
+        team = _team_of(obj)
+        object_id = obj.pk
+        obj.delete()
+        obj.pk = object_id  # so the event names what was deleted
+        record(actor, AuditAction.DELETE, obj, before=before, after=None, team=team)
+
+
+# --- API tokens -------------------------------------------------------------------------------
+
+
+def _digest(raw_token: str) -> str:
+    # Tokens carry 256 random bits, so a plain SHA-256 is enough (no password-style stretching).
+    return hashlib.sha256(raw_token.encode()).hexdigest()
+
+
+def issue_token(
+    user: AbstractBaseUser, actor: Actor, *, name: str = "", expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """Create a token; the raw value is returned once and never stored."""
+    raw = settings.API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    prefix = raw[: len(settings.API_TOKEN_PREFIX) + 6]
+    with transaction.atomic():
+        token = ApiToken.objects.create(user=user, name=name, prefix=prefix, digest=_digest(raw), expires_at=expires_at)
+        record(actor, AuditAction.ISSUE_TOKEN, token, after={"prefix": prefix, "user": user.get_username(),
+                                                           "expires_at": expires_at.isoformat() if expires_at else None})
+    return token, raw
+
+
+def revoke_token(token: ApiToken, actor: Actor) -> None:
+    with transaction.atomic():
+        updated = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        if updated:
+            record(actor, AuditAction.REVOKE_TOKEN, token, after={"prefix": token.prefix})
+
+
+def user_for_token(raw_token: str) -> tuple[AbstractBaseUser, ApiToken] | None:
+    """The active user a token belongs to, or None (unknown, expired, revoked, inactive user)."""
+    if not raw_token.startswith(settings.API_TOKEN_PREFIX):
+        return None
+    token = ApiToken.objects.select_related("user").filter(digest=_digest(raw_token)).first()
+    now = timezone.now()
+    if token is None or token.revoked_at is not None or not token.user.is_active:
+        return None
+    if token.expires_at is not None and token.expires_at <= now:
+        return None
+    if token.last_used_at is None or now - token.last_used_at > TOKEN_LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.user, token
+

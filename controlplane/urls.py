@@ -1,0 +1,23 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from controlplane import views
+
+urlpatterns = [
+    path("", views.fleet, name="fleet"),
+    path("clusters/", views.clusters, name="clusters"),
+    path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
+    re_path(r"^(?P<kind>cluster|pool|slo|schedule)/new/$", views.edit_object, name="object-create"),
+    re_path(r"^(?P<kind>cluster|pool|slo|schedule)/(?P<pk>[0-9]+)/edit/$", views.edit_object, name="object-edit"),
+    re_path(r"^(?P<kind>cluster|pool|slo|schedule)/(?P<pk>[0-9]+)/delete/$", views.delete_object, name="object-delete"),
+    path("audit/", views.audit_log, name="audit"),
+    path("healthz", views.healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("controlplane.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+]

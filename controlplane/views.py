@@ -1,0 +1,117 @@
+"""Web UI: thin views over the scoped querysets and the audited save/delete services."""
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import connection
+from django.db.models import ProtectedError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from controlplane import forms, permissions, services
+from controlplane.choices import Channel, Role
+from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
+
+FORMS = {
+    "cluster": (Cluster, forms.ClusterForm),
+    "pool": (Pool, forms.PoolForm),
+    "slo": (SLO, forms.SLOForm),
+    "schedule": (ScheduleWindow, forms.ScheduleWindowForm),
+}
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness and database reachability, for Kubernetes probes."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # any database failure means "not healthy", with the reason
+        return JsonResponse({"status": "error", "database": str(exc)}, status=503)
+    return JsonResponse({"status": "ok"})
+
+
+def _visible_pools(request: HttpRequest):  # noqa: ANN202
+    pools = Pool.objects.select_related("cluster", "team").prefetch_related("slos")
+    return permissions.scoped(pools, request.user)
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    """Every pool the user can see. The table is a fragment that htmx refreshes in place."""
+    context = {"pools": _visible_pools(request)}
+    template = "controlplane/_fleet_table.html" if request.htmx else "controlplane/fleet.html"
+    return render(request, template, context)
+
+
+@login_required
+def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    pool = get_object_or_404(_visible_pools(request).prefetch_related("schedules"), pk=pk)
+    context = {
+        "pool": pool,
+        "can_configure": services.has_role(request.user, pool.team, Role.ADMIN),
+        "audit": AuditEvent.objects.filter(object_type="controlplane.pool", object_id=str(pool.pk))[:20],
+    }
+    return render(request, "controlplane/pool_detail.html", context)
+
+
+@login_required
+def clusters(request: HttpRequest) -> HttpResponse:
+    queryset = permissions.scoped(Cluster.objects.select_related("team"), request.user)
+    return render(request, "controlplane/clusters.html", {"clusters": queryset})
+
+
+@login_required
+def edit_object(request: HttpRequest, kind: str, pk: int | None = None) -> HttpResponse:
+    """Create or edit a cluster, pool, SLO or schedule; errors are shown inline, nothing half-saved."""
+    model, form_class = FORMS[kind]
+    instance = get_object_or_404(permissions.scoped(model.objects.all(), request.user), pk=pk) if pk else None
+    if instance is not None and not services.has_role(request.user, permissions.owning_team(instance), Role.ADMIN):
+        raise PermissionDenied("You need the admin role in this team to change it.")
+    initial = {key: value for key, value in request.GET.items() if key in form_class._meta.fields}
+    form = form_class(request.POST or None, instance=instance, initial=initial, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        obj = form.save(commit=False)
+        if not services.has_role(request.user, permissions.owning_team(obj), Role.ADMIN):
+            form.add_error(None, "You need the admin role in the owning team to save this.")
+        else:
+            before = services.snapshot(instance) if instance else None
+            services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before)
+            target = obj.pool if isinstance(obj, (SLO, ScheduleWindow)) else obj
+            url = reverse("pool-detail", args=[target.pk]) if isinstance(target, Pool) else reverse("clusters")
+            if request.htmx:
+                response = HttpResponse(status=204)
+                response["HX-Redirect"] = url
+                return response
+            return redirect(url)
+    context = {"form": form, "kind": kind, "instance": instance}
+    template = "controlplane/_form.html" if request.htmx else "controlplane/edit.html"
+    return render(request, template, context)
+
+
+@login_required
+def delete_object(request: HttpRequest, kind: str, pk: int) -> HttpResponse:
+    model, _ = FORMS[kind]
+    instance = get_object_or_404(permissions.scoped(model.objects.all(), request.user), pk=pk)
+    if not services.has_role(request.user, permissions.owning_team(instance), Role.ADMIN):
+        raise PermissionDenied("You need the admin role in this team to delete it.")
+    if request.method != "POST":
+        return render(request, "controlplane/confirm_delete.html", {"object": instance, "kind": kind})
+    back = reverse("pool-detail", args=[instance.pool_id]) if kind in ("slo", "schedule") else reverse("fleet")
+    try:
+        services.delete_with_audit(services.Actor.from_request(request, Channel.WEB), instance)
+    except ProtectedError as exc:
+        blockers = ", ".join(sorted({str(obj) for obj in exc.protected_objects}))
+        context = {"object": instance, "kind": kind, "error": f"Still used by {blockers}; remove those first."}
+        return render(request, "controlplane/confirm_delete.html", context, status=409)
+    return redirect(back)
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    events = services.visible_audit_events(request.user).select_related("actor")
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    return render(request, "controlplane/audit.html", {"page": page})
