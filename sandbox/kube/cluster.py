@@ -1,0 +1,343 @@
+"""The sandbox cluster: Kubernetes objects wired to the vLLM fleet emulator.
+
+A small controller loop plays the roles of the Deployment/ReplicaSet controllers, the kubelet and
+KEDA's HPA: it starts or stops emulated replicas to match each Deployment's `spec.replicas` (a
+ScaledObject's min/max clamp it, as KEDA's HPA would), publishes one Pod per replica (Ready only
+once the replica listens), restarts replicas that died, and keeps Deployment status current.
+One HTTPRoute (`route_name`) lists every pool's Service; the gateway reads its weights.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from scaling.sim.profiles import PoolProfile
+
+from sandbox.fleet import Fleet
+from sandbox.kube import resources as res
+from sandbox.kube.errors import ApiError
+from sandbox.kube.server import KubeApiServer
+from sandbox.kube.store import Object, ObjectStore, now_rfc3339
+from sandbox.replica import EmulatedReplica, ReplicaState
+
+RECONCILE_INTERVAL_S = 0.1  # wall seconds
+BASE_URL_ANNOTATION = "sandbox.headroom.dev/base-url"
+GATEWAY_NAME = "sandbox-gateway"
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str  # the Deployment's (and Service's) name
+    profile: PoolProfile
+    namespace: str = "sandbox"
+    model: str | None = None  # served model name; the profile's by default
+    replicas: int = 1
+    cold_start_s: float | None = None  # model seconds; the profile's p50 by default
+    weight: int = 1  # initial HTTPRoute weight
+    keda: bool = False  # create a ScaledObject that owns the Deployment's replica range
+    min_replicas: int = 0
+    max_replicas: int = 20
+
+    @property
+    def served_model(self) -> str:
+        return self.model or self.profile.model
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": self.name}
+
+
+@dataclass
+class _PodRecord:
+    replica: EmulatedReplica
+    pod_name: str
+    died_at: float | None = None  # model time the replica was found dead
+    created: str = field(default_factory=now_rfc3339)
+
+
+class SandboxCluster:
+    def __init__(self, fleet: Fleet, store: ObjectStore | None = None, route_name: str = "sandbox-route",
+                 route_namespace: str = "sandbox", restart_delay_s: float = 5.0) -> None:
+        self.fleet = fleet
+        self.store = store or ObjectStore()
+        self.route_name = route_name
+        self.route_namespace = route_namespace
+        self.restart_delay_s = restart_delay_s  # model seconds a dead container waits to restart
+        self.api = KubeApiServer(self.store)
+        self.api.pod_fault_hook = self._pod_faults
+        self.pools: dict[tuple[str, str], PoolSpec] = {}
+        self._pods: dict[tuple[str, str], list[_PodRecord]] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        for namespace in ("default", route_namespace):
+            self._ensure_namespace(namespace)
+        self.store.create(res.HTTPROUTES, _route_object(route_name, route_namespace))
+
+    @property
+    def url(self) -> str:
+        return self.api.url
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> SandboxCluster:
+        self.api.start()
+        self._thread = threading.Thread(target=self._loop, name="sandbox-controller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.api.stop()
+
+    def __enter__(self) -> SandboxCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- pools -----------------------------------------------------------------------------
+    def add_pool(self, spec: PoolSpec) -> None:
+        """Create the pool's Deployment, Service, route backend and (optionally) ScaledObject."""
+        with self._lock:
+            self._ensure_namespace(spec.namespace)
+            self.pools[(spec.namespace, spec.name)] = spec
+            self._pods[(spec.namespace, spec.name)] = []
+            self.store.create(res.DEPLOYMENTS, _deployment_object(spec))
+            self.store.create(res.SERVICES, _service_object(spec))
+            if spec.keda:
+                self.store.create(res.SCALEDOBJECTS, _scaled_object(spec))
+            backend = {"group": "", "kind": "Service", "name": spec.name, "port": 8000, "weight": spec.weight}
+            if spec.namespace != self.route_namespace:
+                backend["namespace"] = spec.namespace
+
+            def add_backend(route: Object) -> Object:
+                route["spec"]["rules"][0]["backendRefs"].append(backend)
+                return route
+
+            self.store.update(res.HTTPROUTES, self.route_namespace, self.route_name, add_backend)
+        self.reconcile()
+
+    def replicas(self, namespace: str, name: str) -> list[EmulatedReplica]:
+        with self._lock:
+            return [record.replica for record in self._pods.get((namespace, name), [])]
+
+    def ready_replicas(self, namespace: str, name: str) -> list[EmulatedReplica]:
+        return [replica for replica in self.replicas(namespace, name) if replica.ready]
+
+    def route_weights(self) -> list[tuple[PoolSpec, int]]:
+        """(pool, weight) for every backend of the sandbox route, as stored right now."""
+        route = self.store.find(res.HTTPROUTES, self.route_namespace, self.route_name)
+        if route is None:
+            return []
+        weighted = []
+        for rule in route["spec"].get("rules") or []:
+            for ref in rule.get("backendRefs") or []:
+                pool = self.pools.get((ref.get("namespace", self.route_namespace), ref.get("name")))
+                if pool is not None:
+                    weighted.append((pool, int(ref.get("weight", 1))))
+        return weighted
+
+    # --- the controller --------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.wait(RECONCILE_INTERVAL_S):
+            try:
+                self.reconcile()
+            except Exception as error:  # keep the controller alive; say what went wrong
+                print(f"sandbox controller: reconcile failed: {error!r}", flush=True)
+
+    def reconcile(self) -> None:
+        with self._lock:
+            for key, spec in self.pools.items():
+                self._reconcile_pool(key, spec)
+
+    def _reconcile_pool(self, key: tuple[str, str], spec: PoolSpec) -> None:
+        namespace, name = key
+        deployment = self.store.find(res.DEPLOYMENTS, namespace, name)
+        if deployment is None:
+            return
+        desired = self._apply_keda(spec, deployment)
+        records = self._pods[key]
+        self._restart_dead(records)
+        while len(records) < desired:
+            records.append(self._start_pod(spec, deployment))
+        while len(records) > desired:
+            # Like the ReplicaSet controller: remove not-ready pods first, then the newest.
+            victim = max(records, key=lambda r: (not r.replica.ready, r.created))
+            records.remove(victim)
+            self.fleet.remove_replica(victim.replica)
+            self.store.delete(res.PODS, namespace, victim.pod_name)
+        for record in records:
+            self.store.put(res.PODS, _pod_object(spec, deployment, record))
+        self.store.set_status(res.DEPLOYMENTS, namespace, name, _deployment_status(deployment, records))
+
+    def _apply_keda(self, spec: PoolSpec, deployment: Object) -> int:
+        desired = int(deployment["spec"].get("replicas", 1))
+        scaled = self.store.find(res.SCALEDOBJECTS, spec.namespace, spec.name)
+        if scaled is None:
+            return desired
+        low = int(scaled["spec"].get("minReplicaCount", 0))
+        high = int(scaled["spec"].get("maxReplicaCount", 100))
+        clamped = min(max(desired, low), high)
+        if clamped != desired:
+            def set_replicas(obj: Object) -> Object:
+                obj["spec"]["replicas"] = clamped
+                return obj
+
+            self.store.update(res.DEPLOYMENTS, spec.namespace, spec.name, set_replicas)
+        return clamped
+
+    def _restart_dead(self, records: list[_PodRecord]) -> None:
+        now = self.fleet.clock.now()
+        for record in records:
+            if record.replica.state is not ReplicaState.DEAD:
+                record.died_at = None
+                continue
+            if record.died_at is None:
+                record.died_at = now
+            elif now - record.died_at >= self.restart_delay_s:
+                record.died_at = None
+                record.replica.restart()  # same port, so scrape targets stay as they are
+
+    def _start_pod(self, spec: PoolSpec, deployment: Object) -> _PodRecord:
+        template_hash = _template_hash(deployment)
+        pod_name = f"{spec.name}-{template_hash}-{secrets.token_hex(3)[:5]}"
+        cold_start = spec.profile.cold_start_p50_s if spec.cold_start_s is None else spec.cold_start_s
+        replica = self.fleet.add_replica(spec.served_model, profile=spec.profile, cold_start_s=cold_start,
+                                         pool=f"{spec.namespace}/{spec.name}", name=pod_name)
+        return _PodRecord(replica, pod_name)
+
+    def _ensure_namespace(self, namespace: str) -> None:
+        if self.store.find(res.NAMESPACES, "", namespace) is None:
+            self.store.create(res.NAMESPACES, {"metadata": {"name": namespace}, "spec": {"finalizers": ["kubernetes"]},
+                                               "status": {"phase": "Active"}})
+
+    def _pod_faults(self, namespace: str, pod_name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """PUT /sandbox/pods/{ns}/{pod}/faults: kill, hang, slow down or break one replica."""
+        with self._lock:
+            record = next((r for (ns, _), records in self._pods.items() if ns == namespace
+                           for r in records if r.pod_name == pod_name), None)
+        if record is None:
+            raise ApiError(404, f'pods "{pod_name}" not found')
+        replica = record.replica
+        if changes.get("kill"):
+            replica.kill()
+        if "hung" in changes:
+            replica.set_hung(bool(changes["hung"]))
+        for knob in ("extra_latency_s", "error_rate", "max_num_queued_reqs"):
+            if knob in changes:
+                setattr(replica.faults, knob, changes[knob])
+        if "slowdown" in changes:
+            replica.engine.slowdown = float(changes["slowdown"])
+        return {"pod": pod_name, "state": replica.state.value, "hung": replica.faults.hung,
+                "extra_latency_s": replica.faults.extra_latency_s, "error_rate": replica.faults.error_rate,
+                "slowdown": replica.engine.slowdown}
+
+
+# --- object builders -----------------------------------------------------------------------
+def _template_hash(deployment: Object) -> str:
+    template = json.dumps(deployment["spec"]["template"], sort_keys=True).encode()
+    return hashlib.sha256(template).hexdigest()[:10]
+
+
+def _deployment_object(spec: PoolSpec) -> Object:
+    return {
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": dict(spec.labels),
+                     "annotations": {"headroom.dev/model": spec.served_model,
+                                     "headroom.dev/gpu-type": spec.profile.gpu_type}},
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": dict(spec.labels)},
+            "strategy": {"type": "RollingUpdate",
+                         "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "template": {
+                "metadata": {"labels": dict(spec.labels)},
+                "spec": {"containers": [{
+                    "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
+                    "args": ["--model", spec.served_model, "--max-num-seqs", str(spec.profile.max_num_seqs)],
+                    "ports": [{"containerPort": 8000, "name": "http", "protocol": "TCP"}],
+                    "resources": {"limits": {"nvidia.com/gpu": str(spec.profile.gpus_per_replica)}},
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}},
+                }]},
+            },
+        },
+        "status": {"observedGeneration": 0, "replicas": 0},
+    }
+
+
+def _service_object(spec: PoolSpec) -> Object:
+    return {"metadata": {"name": spec.name, "namespace": spec.namespace, "labels": dict(spec.labels)},
+            "spec": {"selector": dict(spec.labels), "type": "ClusterIP",
+                     "ports": [{"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}]}}
+
+
+def _scaled_object(spec: PoolSpec) -> Object:
+    return {"metadata": {"name": spec.name, "namespace": spec.namespace},
+            "spec": {"scaleTargetRef": {"name": spec.name}, "minReplicaCount": spec.min_replicas,
+                     "maxReplicaCount": spec.max_replicas, "pollingInterval": 15, "cooldownPeriod": 300,
+                     "triggers": [{"type": "prometheus", "metadata": {
+                         "query": f'sum(vllm:num_requests_waiting{{model_name="{spec.served_model}"}})',
+                         "threshold": "5"}}]},
+            "status": {}}
+
+
+def _route_object(name: str, namespace: str) -> Object:
+    return {"metadata": {"name": name, "namespace": namespace},
+            "spec": {"parentRefs": [{"name": GATEWAY_NAME}],
+                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                                "backendRefs": []}]},
+            "status": {"parents": []}}
+
+
+def _pod_object(spec: PoolSpec, deployment: Object, record: _PodRecord) -> Object:
+    replica = record.replica
+    template_hash = _template_hash(deployment)
+    ready = replica.ready
+    running = replica.state in (ReplicaState.LOADING, ReplicaState.READY)
+    flag = "True" if ready else "False"
+    conditions = [{"type": kind, "status": status, "lastTransitionTime": record.created}
+                  for kind, status in (("PodScheduled", "True"), ("Initialized", "True"),
+                                       ("ContainersReady", flag), ("Ready", flag))]
+    state = ({"running": {"startedAt": record.created}} if running
+             else {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}})
+    return {
+        "metadata": {
+            "name": record.pod_name, "namespace": spec.namespace,
+            "labels": {**spec.labels, "pod-template-hash": template_hash},
+            "annotations": {BASE_URL_ANNOTATION: replica.base_url},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True,
+                                 "name": f"{spec.name}-{template_hash}", "uid": deployment["metadata"]["uid"]}],
+        },
+        "spec": {"nodeName": "sandbox-node", "containers": [{
+            "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
+            "ports": [{"containerPort": replica.port, "name": "http", "protocol": "TCP"}]}]},
+        "status": {
+            "phase": "Running", "podIP": replica.host, "hostIP": replica.host, "startTime": record.created,
+            "conditions": conditions,
+            "containerStatuses": [{"name": "vllm", "ready": ready, "started": running,
+                                   "restartCount": replica.restarts, "image": "vllm/vllm-openai:v0.32.0",
+                                   "imageID": "", "containerID": f"sandbox://{record.pod_name}", "state": state}],
+        },
+    }
+
+
+def _deployment_status(deployment: Object, records: list[_PodRecord]) -> dict[str, Any]:
+    total = len(records)
+    ready = sum(1 for record in records if record.replica.ready)
+    status: dict[str, Any] = {
+        "observedGeneration": deployment["metadata"].get("generation", 1),
+        "replicas": total, "updatedReplicas": total, "readyReplicas": ready, "availableReplicas": ready,
+        "conditions": [{"type": "Available", "status": "True" if ready >= total else "False",
+                        "reason": "MinimumReplicasAvailable" if ready >= total else "MinimumReplicasUnavailable"}],
+    }
+    if total > ready:
+        status["unavailableReplicas"] = total - ready
+    if ready == 0:
+        status.pop("readyReplicas")
+        status.pop("availableReplicas")
+    return status

@@ -1,0 +1,327 @@
+"""The emulated Kubernetes API server: real HTTP, the paths and JSON the official clients expect.
+
+Serves discovery, Deployments (+ /scale, /status), Pods, Services, Namespaces, Gateway API
+HTTPRoutes and KEDA ScaledObjects: get, list (label and field selectors), update (PUT) and patch
+(merge, JSON, and strategic merge for built-in kinds only; a CRD answers 415 to strategic merge,
+as a real cluster does). No auth, no watch. Sandbox-only control routes live under /sandbox/.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from sandbox.kube import resources
+from sandbox.kube.errors import ApiError
+from sandbox.kube.patch import PatchError, json_patch, merge_patch
+from sandbox.kube.resources import ResourceType
+from sandbox.kube.selectors import selector_string
+from sandbox.kube.store import Object, ObjectStore
+
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@dataclass
+class KubeFaults:
+    """Fault knobs for the API server, changeable at any time (also via PUT /sandbox/faults)."""
+
+    latency_s: float = 0.0  # delay before every answer
+    error_rate: float = 0.0  # fraction of API requests answered 500
+    fail_next: int = 0  # the next N API requests are answered 500
+    conflict_storm: int = 0  # the next N writes (PUT/PATCH) are answered 409
+
+
+@dataclass(frozen=True)
+class Route:
+    resource: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+
+PodFaultHook = Callable[[str, str, dict[str, Any]], dict[str, Any]]
+
+
+def parse_path(parts: list[str]) -> Route | None:
+    """Split /api/v1/... or /apis/g/v/... into resource, namespace, name and subresource."""
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    elif len(rest) == 2 and rest[0] == "namespaces" and group == "":
+        rest = ["namespaces", rest[1]]
+    if not rest or len(rest) > 3:
+        return None
+    resource = resources.find(group, version, rest[0])
+    if resource is None or (namespace is not None and not resource.namespaced):
+        return None
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else ""
+    if sub and sub not in resource.subresources:
+        return None
+    return Route(resource, namespace, name, sub)
+
+
+class KubeApiServer:
+    """Runs the API server on a loopback port. `url` is what a kubeconfig's `server:` takes."""
+
+    def __init__(self, store: ObjectStore, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.store = store
+        self.faults = KubeFaults()
+        self.pod_fault_hook: PodFaultHook | None = None
+        self._httpd = _Server((host, port), _Handler)
+        self._httpd.api = self
+        self._thread: threading.Thread | None = None
+        self._fault_lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> KubeApiServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="kube-api", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def take_fault(self, method: str) -> ApiError | None:
+        """Decide whether this request fails by injection (and use up a counted fault)."""
+        with self._fault_lock:
+            faults = self.faults
+            if faults.fail_next > 0:
+                faults.fail_next -= 1
+                return ApiError(500, "injected fault: internal error")
+            if faults.error_rate and random.random() < faults.error_rate:
+                return ApiError(500, "injected fault: internal error")
+            if method in ("PUT", "PATCH") and faults.conflict_storm > 0:
+                faults.conflict_storm -= 1
+                return ApiError(409, "Operation cannot be fulfilled: the object has been modified; please "
+                                     "apply your changes to the latest version and try again (injected)")
+        return None
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    api: KubeApiServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # --- plumbing --------------------------------------------------------------------------
+    def _handle(self, method: str) -> None:
+        api = self.server.api
+        url = urlsplit(self.path)
+        query = {key: values[0] for key, values in parse_qs(url.query).items()}
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        parts = [part for part in url.path.split("/") if part]
+        try:
+            if parts[:1] == ["sandbox"]:
+                self._send(200, self._sandbox(method, parts[1:], body))
+                return
+            if api.faults.latency_s > 0:
+                time.sleep(api.faults.latency_s)
+            injected = api.take_fault(method)
+            if injected is not None:
+                raise injected
+            self._send(200, self._api(method, parts, query, body))
+        except ApiError as error:
+            self._send(error.code, error.status())
+
+    def _send(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    @staticmethod
+    def _json(body: bytes) -> Any:
+        try:
+            return json.loads(body or b"null")
+        except json.JSONDecodeError as error:
+            raise ApiError(400, f"the body of the request is not valid JSON: {error}") from None
+
+    # --- the Kubernetes API ----------------------------------------------------------------
+    def _api(self, method: str, parts: list[str], query: dict[str, str], body: bytes) -> Any:
+        discovery = self._discovery(parts) if method == "GET" else None
+        if discovery is not None:
+            return discovery
+        route = parse_path(parts)
+        if route is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        if route.name is None:
+            if method != "GET":
+                raise ApiError(405, f"the server does not allow this method on {route.resource.key}")
+            if query.get("watch") in ("1", "true"):
+                raise ApiError(405, "watch is not supported by the sandbox API server")
+            return self._list(route, query)
+        if method == "GET":
+            return self._get(route)
+        if method == "PUT":
+            return self._write(route, lambda current: self._json(body))
+        if method == "PATCH":
+            return self._write(route, self._patcher(route.resource, body))
+        raise ApiError(405, f"the server does not allow this method on {route.resource.key}")
+
+    def _discovery(self, parts: list[str]) -> Any:
+        address = "%s:%s" % self.server.server_address[:2]
+        if parts == ["version"]:
+            return resources.version_info()
+        if parts == ["api"]:
+            return resources.core_versions(address)
+        if parts == ["api", "v1"]:
+            return resources.resource_list("", "v1")
+        if parts == ["apis"]:
+            return resources.group_list()
+        if len(parts) == 2 and parts[0] == "apis":
+            return resources.group(parts[1])
+        if len(parts) == 3 and parts[0] == "apis":
+            return resources.resource_list(parts[1], parts[2])
+        return None
+
+    def _list(self, route: Route, query: dict[str, str]) -> Object:
+        try:
+            items, version = self.server.api.store.list(
+                route.resource, route.namespace, query.get("labelSelector"), query.get("fieldSelector"))
+        except ValueError as error:
+            raise ApiError(400, str(error)) from None
+        return {"kind": f"{route.resource.kind}List", "apiVersion": route.resource.api_version,
+                "metadata": {"resourceVersion": version}, "items": items}
+
+    def _get(self, route: Route) -> Object:
+        obj = self.server.api.store.get(route.resource, route.namespace or "", route.name or "")
+        return to_scale(obj) if route.subresource == "scale" else obj
+
+    def _patcher(self, resource: ResourceType, body: bytes) -> Callable[[Object], Object]:
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        document = self._json(body)
+        if content_type == JSON_PATCH:
+            return lambda current: json_patch(current, document)
+        if content_type == MERGE or (content_type == STRATEGIC and not resource.custom):
+            if not isinstance(document, dict):
+                raise ApiError(400, "a merge patch must be a JSON object")
+            return lambda current: merge_patch(current, document)
+        accepted = f"{JSON_PATCH}, {MERGE}" + ("" if resource.custom else f", {STRATEGIC}")
+        raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
+                            f"include: {accepted}")
+
+    def _write(self, route: Route, change: Callable[[Object], Object]) -> Object:
+        store = self.server.api.store
+        resource, namespace, name = route.resource, route.namespace or "", route.name or ""
+
+        def apply(current: Object) -> Object:
+            try:
+                if route.subresource == "scale":
+                    return from_scale(current, change(to_scale(current)))
+                return change(current)
+            except PatchError as error:
+                raise ApiError(422, str(error), name=name, group=resource.group, kind=resource.kind) from None
+
+        updated = store.update(resource, namespace, name, lambda current: validate(resource, apply(current)),
+                               subresource="status" if route.subresource == "status" else "")
+        return to_scale(updated) if route.subresource == "scale" else updated
+
+    # --- sandbox control routes ------------------------------------------------------------
+    def _sandbox(self, method: str, parts: list[str], body: bytes) -> Any:
+        api = self.server.api
+        if parts == ["faults"]:
+            if method in ("PUT", "POST", "PATCH"):
+                changes = self._json(body) or {}
+                known = {field.name for field in fields(KubeFaults)}
+                unknown = set(changes) - known
+                if unknown:
+                    raise ApiError(400, f"unknown fault knobs {sorted(unknown)}; known: {sorted(known)}")
+                for key, value in changes.items():
+                    setattr(api.faults, key, value)
+            return asdict(api.faults)
+        if len(parts) == 4 and parts[0] == "pods" and parts[3] == "faults" and api.pod_fault_hook:
+            return api.pod_fault_hook(parts[1], parts[2], self._json(body) or {})
+        raise ApiError(404, "unknown sandbox route")
+
+
+def to_scale(deployment: Object) -> Object:
+    """The autoscaling/v1 Scale view of a Deployment (shares its resourceVersion)."""
+    metadata = deployment["metadata"]
+    return {
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {key: metadata[key] for key in ("name", "namespace", "uid", "resourceVersion",
+                                                    "creationTimestamp") if key in metadata},
+        "spec": {"replicas": deployment["spec"].get("replicas", 1)},
+        "status": {"replicas": (deployment.get("status") or {}).get("replicas", 0),
+                   "selector": selector_string(deployment["spec"]["selector"].get("matchLabels", {}))},
+    }
+
+
+def from_scale(deployment: Object, scale: Object) -> Object:
+    if not isinstance(scale, dict) or not isinstance(scale.get("spec"), dict):
+        raise ApiError(422, "Scale.autoscaling \"%s\" is invalid: spec: Required value" % deployment["metadata"]["name"])
+    deployment["spec"]["replicas"] = scale["spec"].get("replicas")
+    deployment["metadata"]["resourceVersion"] = (scale.get("metadata") or {}).get("resourceVersion")
+    return deployment
+
+
+def validate(resource: ResourceType, obj: Object) -> Object:
+    """The few validation rules whose absence would hide a client bug."""
+    name = (obj.get("metadata") or {}).get("name", "")
+    if resource is resources.DEPLOYMENTS:
+        replicas = (obj.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise ApiError(422, f'Deployment.apps "{name}" is invalid: spec.replicas: Invalid value: '
+                                f"{json.dumps(replicas)}: must be greater than or equal to 0",
+                           name=name, group="apps", kind="Deployment")
+    if resource is resources.HTTPROUTES:
+        for rule in (obj.get("spec") or {}).get("rules") or []:
+            for ref in rule.get("backendRefs") or []:
+                weight = ref.get("weight", 1)
+                if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 1_000_000:
+                    raise ApiError(422, f'HTTPRoute.gateway.networking.k8s.io "{name}" is invalid: '
+                                        f"spec.rules[].backendRefs[].weight: Invalid value: {json.dumps(weight)}: "
+                                        "must be between 0 and 1000000",
+                                   name=name, group=resource.group, kind="HTTPRoute")
+    if resource is resources.SCALEDOBJECTS:
+        spec = obj.get("spec") or {}
+        low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+        if not isinstance(low, int) or not isinstance(high, int) or low < 0 or low > high:
+            raise ApiError(422, f'ScaledObject.keda.sh "{name}" is invalid: minReplicaCount must be an '
+                                "integer between 0 and maxReplicaCount", name=name, group="keda.sh",
+                           kind="ScaledObject")
+    return obj
