@@ -1,6 +1,7 @@
 """`Authorization: Token hr_…` authentication for the REST API (hashed tokens, see services)."""
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from controlplane import services
@@ -27,3 +28,18 @@ class TokenAuthentication(authentication.BaseAuthentication):
     def authenticate_header(self, request) -> str:  # noqa: ANN001
         # Makes DRF answer 401 (not 403) to unauthenticated requests.
         return self.keyword
+
+
+class TokenAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Describes the token header in the OpenAPI schema."""
+
+    target_class = "controlplane.auth.TokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema):  # noqa: ANN001, ANN201
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "`Token hr_…`, issued by `manage.py issue_token` or `POST /api/v1/tokens/`.",
+        }

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError
+from django.db import DataError, IntegrityError
 from django.db.models import ProtectedError, RestrictedError
 from rest_framework import status
 from rest_framework.response import Response
@@ -18,6 +18,11 @@ def exception_handler(exc, context):  # noqa: ANN001, ANN201
         return Response(
             {"detail": f"Cannot delete: still used by {', '.join(blockers)}. Remove or move those first."},
             status=status.HTTP_409_CONFLICT,
+        )
+    if isinstance(exc, DataError):
+        return Response(
+            {"detail": "The database refused a value: a NUL character, or a number or text out of range."},
+            status=status.HTTP_400_BAD_REQUEST,
         )
     if isinstance(exc, IntegrityError):
         # A constraint caught what validation could not (e.g. two concurrent creates).

@@ -35,6 +35,18 @@ class ScopedModelSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class TeamSlugField(serializers.SlugRelatedField):
+    """A team named by its slug; text that cannot be a slug is refused before any query."""
+
+    def __init__(self, **kwargs) -> None:  # noqa: ANN003
+        super().__init__(slug_field="slug", queryset=Team.objects.all(), **kwargs)
+
+    def to_internal_value(self, data):  # noqa: ANN001, ANN201
+        if not isinstance(data, str) or "\x00" in data:
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class TeamSerializer(ScopedModelSerializer):
     class Meta:
         model = Team
@@ -44,7 +56,7 @@ class TeamSerializer(ScopedModelSerializer):
 
 
 class ClusterSerializer(ScopedModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = TeamSlugField()
 
     class Meta:
         model = Cluster
@@ -67,7 +79,7 @@ class ScheduleWindowSerializer(ScopedModelSerializer):
 
 
 class PoolSerializer(ScopedModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = TeamSlugField()
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     slos = SLOSerializer(many=True, read_only=True)
 

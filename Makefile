@@ -1,0 +1,56 @@
+# Headroom: `make demo` runs the product on its embedded default; `make test` runs every test tier.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PORT ?= 8000
+# Tests use the PostgreSQL that the machine provides (trust auth on 127.0.0.1:5432).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/headroom
+
+.PHONY: help install system-deps demo serve migrate test test-fast test-db test-services test-realvllm bench clean
+
+help:
+	@echo "make demo          run Headroom on SQLite with the demo fleet at http://127.0.0.1:$(PORT)"
+	@echo "make test          install what the tests need and run every tier"
+	@echo "make test-fast     pure tiers only (simulator, engine, parsers): no services"
+	@echo "make install       create .venv and install Headroom with its test extras (idempotent)"
+	@echo "make bench         run the benchmarks in bench/ (see docs/benchmarks.md)"
+
+# Re-installs only when pyproject.toml changed since the last install.
+install: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+# Debian packages the service tiers need; installed only when missing.
+system-deps:
+	@command -v prometheus >/dev/null 2>&1 || { \
+		echo "installing Debian's prometheus package"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+migrate: install
+	DEBUG=1 $(BIN)/python manage.py migrate --noinput -v 0
+
+demo: install migrate
+	DEBUG=1 $(BIN)/python manage.py seed_demo
+	@echo "Headroom is at http://127.0.0.1:$(PORT)/  (log in as alice / headroom-demo; Ctrl-C stops it)"
+	DEBUG=1 $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+
+test: install system-deps test-fast test-db test-services
+
+test-fast: install
+	$(BIN)/pytest -q -p no:cacheprovider $(wildcard tests/sim tests/engine tests/sandbox_realvllm)
+
+test-db: install
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -q -p no:cacheprovider tests/core
+
+test-services: install system-deps
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -q -p no:cacheprovider $(wildcard tests/sandbox tests/integration)
+
+bench: install
+	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) var .pytest_cache
