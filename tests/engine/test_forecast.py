@@ -1,0 +1,132 @@
+"""Forecasts: known answers on synthetic series, causality, the backtest CLI on the shared traces."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scaling.engine.forecast import METHODS, backtest, forecast, forecast_path
+from scaling.engine.rate_series import SeriesError, from_values, read_series, resample
+
+REPO = Path(__file__).resolve().parents[2]
+DAY_STEPS = 144  # 600-s steps
+
+
+def _daily_wave(days: int) -> np.ndarray:
+    t = np.arange(days * DAY_STEPS)
+    return 100.0 + 50.0 * np.sin(2 * np.pi * t / DAY_STEPS)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_it_forecasts_a_constant_rate_exactly(method: str) -> None:
+    series = from_values(np.full(3 * DAY_STEPS, 40.0), 600.0)
+    path = forecast_path(series, 1800, method)
+    assert np.allclose(path.expected, 40.0)
+    assert np.all(path.p90 >= 40.0)
+
+
+def test_it_learns_a_daily_cycle() -> None:
+    series = from_values(_daily_wave(4), 600.0)
+    path = forecast_path(series, 1800, "seasonal-daily")
+    target = series.rates_rps[3:]
+    second_day = slice(DAY_STEPS, len(target))
+    assert np.allclose(path.expected[: len(target)][second_day], target[second_day])
+    persistence_error = np.abs(forecast_path(series, 1800, "persistence").expected[:-3] - target)[second_day].mean()
+    adaptive_error = np.abs(forecast_path(series, 1800, "adaptive").expected[:-3] - target)[2 * DAY_STEPS :].mean()
+    assert adaptive_error < 0.1 * persistence_error  # the blend moved to the seasonal candidate
+
+
+def test_it_uses_no_future_data() -> None:
+    values = _daily_wave(3) * np.random.default_rng(1).uniform(0.8, 1.2, 3 * DAY_STEPS)
+    cut = 2 * DAY_STEPS
+    changed = values.copy()
+    changed[cut:] *= 3.0
+    for method in ("adaptive", "seasonal"):
+        before = forecast_path(from_values(values, 600.0), 1800, method)
+        after = forecast_path(from_values(changed, 600.0), 1800, method)
+        assert np.array_equal(before.expected[:cut], after.expected[:cut])
+        assert np.array_equal(before.p90[:cut], after.p90[:cut])
+
+
+def test_it_skips_gaps_instead_of_reading_them_as_zero() -> None:
+    values = np.full(2 * DAY_STEPS, 50.0)
+    valid = np.ones_like(values, dtype=bool)
+    valid[100:110] = False
+    values[100:110] = 0.0  # what a collection gap reads as
+    series = from_values(values, 600.0, valid)
+    result = backtest(series, 1800, "adaptive")
+    assert result.accuracy == 1.0
+    assert result.points == len(values) - 3 - 10 - 3  # no gap origin, no gap target
+
+
+def test_it_gives_the_forecast_made_now() -> None:
+    series = from_values(np.linspace(10, 20, 300), 60.0)
+    now = forecast(series, 600, "persistence")
+    assert now.expected_rps == pytest.approx(20.0)
+    assert now.p90_rps >= now.expected_rps and now.horizon_s == 600 and now.made_at_s == 299 * 60.0
+
+
+def test_it_covers_a_noisy_series_at_least_nine_times_in_ten() -> None:
+    rng = np.random.default_rng(7)
+    series = from_values(_daily_wave(6) * rng.lognormal(0.0, 0.15, 6 * DAY_STEPS), 600.0)
+    result = backtest(series, 1800, "adaptive")
+    assert result.p90_coverage >= 0.9 and result.accuracy > result.persistence_accuracy
+
+
+def test_it_reads_the_shared_traces(traces_dir: Path) -> None:
+    servegen = read_series(traces_dir / "servegen" / "servegen_language_m-small_aggregate_rate.csv")
+    assert servegen.step_s == 600 and len(servegen) == 2016 and int((~servegen.valid).sum()) >= 37
+    azure = read_series(traces_dir / "AzureLLMInferenceTrace_code.csv", step_s=60)
+    assert len(azure) == 57
+    assert list(np.rint(azure.rates_rps[:5] * 60)) == [63, 0, 0, 531, 187]  # the README's minute counts
+    assert len(resample(servegen, 1800)) == 672
+    with pytest.raises(SeriesError):
+        resample(servegen, 700)
+
+
+def _backtest_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scaling.engine.forecast", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_it_beats_persistence_on_servegen_m_small(traces_dir: Path) -> None:
+    path = traces_dir / "servegen" / "servegen_language_m-small_aggregate_rate.csv"
+    done = _backtest_cli("--backtest", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"method", "points", "accuracy", "persistence_accuracy", "p90_coverage", "mean_overshoot"}
+    assert result["method"] == "adaptive" and result["points"] > 1900
+    assert result["accuracy"] > result["persistence_accuracy"]
+    assert result["p90_coverage"] >= 0.90
+
+
+@pytest.mark.parametrize("name", ["AzureLLMInferenceTrace_conv.csv", "AzureLLMInferenceTrace_code.csv"])
+def test_it_does_no_worse_than_persistence_on_the_azure_traces(traces_dir: Path, name: str) -> None:
+    series = read_series(traces_dir / name, step_s=60)
+    for horizon_s in (300, 1800):
+        result = backtest(series, horizon_s, "adaptive")
+        assert result.points > 20
+        assert result.accuracy >= result.persistence_accuracy - 0.005  # a tie at worst
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--backtest", "/no/such/trace.csv", "--json"], "no such file"),
+        (["--backtest", "pyproject.toml", "--json"], "unknown format"),
+        (["--backtest", "pyproject.toml", "--method", "crystal-ball"], "invalid choice"),
+        (["--json"], "required"),
+        (["--backtest", "pyproject.toml", "--horizon-min", "-5"], "must be positive"),
+    ],
+    ids=["missing-file", "unknown-format", "unknown-method", "no-trace", "bad-horizon"],
+)
+def test_it_fails_with_a_clear_error(args: list[str], message: str) -> None:
+    done = _backtest_cli(*args)
+    assert done.returncode == 2
+    assert "error: " in done.stderr and message in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,73 @@
+"""Signals carry their age; missing, NaN and stale are unknown, never zero."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scaling.engine.signals import (
+    MISSING,
+    STALE_AFTER_S,
+    UNKNOWN,
+    PoolSignals,
+    Reading,
+    all_known,
+    is_unknown,
+    known_values,
+    sample,
+)
+
+READINGS = [
+    ("fresh", Reading(4.0, 10.0), 4.0),
+    ("a real zero is zero", Reading(0.0, 5.0), 0.0),
+    ("exactly 90 s old is still known", Reading(3.0, STALE_AFTER_S), 3.0),
+    ("older than 90 s is unknown", Reading(3.0, STALE_AFTER_S + 0.1), UNKNOWN),
+    ("missing", MISSING, UNKNOWN),
+    ("NaN", Reading(math.nan, 1.0), UNKNOWN),
+    ("infinite", Reading(math.inf, 1.0), UNKNOWN),
+    ("age unknown", Reading(2.0, None), UNKNOWN),
+    ("from the future", Reading(2.0, -5.0), UNKNOWN),
+]
+
+
+@pytest.mark.parametrize("name, reading, expected", READINGS, ids=[row[0] for row in READINGS])
+def test_it_reads_each_value_with_its_age(name: str, reading: Reading, expected: object) -> None:
+    assert reading.known == expected
+    assert reading.is_known == (expected is not UNKNOWN)
+    assert is_unknown(reading) == (expected is UNKNOWN)
+
+
+def test_it_never_confuses_unknown_with_zero() -> None:
+    assert UNKNOWN != 0 and UNKNOWN != 0.0
+    with pytest.raises(TypeError):
+        bool(UNKNOWN)
+
+
+def test_it_goes_stale_as_time_passes() -> None:
+    reading = sample(12.0, sampled_at_s=1000.0, now_s=1030.0)
+    assert reading.age_s == 30.0 and reading.is_known
+    assert reading.aged(61.0).is_stale and reading.aged(61.0).known is UNKNOWN
+    assert MISSING.aged(100.0) == MISSING
+
+
+def test_it_lists_a_pools_unknown_signals() -> None:
+    signals = PoolSignals(
+        pool="llama-70b",
+        queue_depth=Reading(12.0, 10.0),
+        request_rate_rps=Reading(math.nan, 10.0),
+        ready_replicas=Reading(4.0, 80.0),
+        waiting_per_ready_replica=(Reading(6.0, 10.0), Reading(None, 10.0), Reading(6.0, 200.0)),
+    )
+    unknown = signals.unknown_signals()
+    assert "request_rate_rps" in unknown and "kv_cache_usage" in unknown
+    assert "queue_depth" not in unknown and "ready_replicas" not in unknown
+    assert signals.oldest_age_s() == 80.0
+    assert signals.waiting_values() == [6.0, None, None]
+    later = signals.aged(20.0)
+    assert later.ready_replicas.known is UNKNOWN and later.queue_depth.known == 12.0
+    assert all_known(signals.queue_depth, signals.ready_replicas) and not all_known(signals.queue_depth, MISSING)
+    assert known_values(list(signals.waiting_per_ready_replica)) == [6.0]
+
+
+def test_it_has_no_age_when_nothing_is_known() -> None:
+    assert PoolSignals(pool="empty").oldest_age_s() is UNKNOWN
