@@ -71,7 +71,7 @@ class Fleet:
         """Add one replica serving `model_name` (default: the profile's model)."""
         profile = profile or get_profile(DEFAULT_PROFILE)
         replica = EmulatedReplica(
-            name=name or f"{pool}-{next(self._names)}", model_name=model_name or profile.model,
+            name=name or f"{pool.rpartition('/')[2]}-{next(self._names)}", model_name=model_name or profile.model,
             profile=profile, clock=self.clock, cold_start_s=cold_start_s, pool=pool,
             max_model_len=max_model_len,
         )

@@ -1,0 +1,77 @@
+"""A real Prometheus (Debian's binary) scraping the vLLM emulator through file service discovery."""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from scaling.sim.profiles import PoolProfile
+from sandbox.fleet import Fleet
+from sandbox.prometheus import PrometheusLauncher
+from sandbox.replica import wait_until
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(shutil.which("prometheus") is None and not shutil.os.path.exists("/usr/bin/prometheus"),
+                       reason="Debian's prometheus package is not installed (apt-get install -y prometheus)"),
+]
+MODEL = "tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def prometheus() -> Iterator[PrometheusLauncher]:
+    with PrometheusLauncher(scrape_interval_s=0.5) as launcher:
+        yield launcher
+
+
+def _value(prometheus: PrometheusLauncher, promql: str) -> float | None:
+    result = prometheus.query(promql)
+    return float(result[0]["value"][1]) if result else None
+
+
+def test_it_scrapes_vllm_colon_names_and_computes_histogram_quantiles(
+        prometheus: PrometheusLauncher, small_profile: PoolProfile) -> None:
+    with Fleet() as fleet:
+        prometheus.follow(fleet)
+        replicas = fleet.add_replicas(2, MODEL, profile=small_profile, pool="sandbox/chat")
+        for replica in replicas:
+            assert replica.wait_ready(timeout=5)
+        prometheus.wait_for_up(timeout=20)
+
+        for replica in replicas:
+            for tokens in (5, 10, 20):
+                requests.post(replica.base_url + "/v1/completions", timeout=10,
+                              json={"model": MODEL, "prompt": "a b c", "max_tokens": tokens})
+        waiting = prometheus.query("sum by (model_name) (vllm:num_requests_waiting)")
+        assert waiting and waiting[0]["metric"] == {"model_name": MODEL}
+
+        # 5, 10 and 20 tokens at 20 ms each: e2e of about 0.1, 0.2 and 0.4 s on each replica.
+        quantile = ('histogram_quantile(0.5, sum by (le, model_name) '
+                    '(vllm:e2e_request_latency_seconds_bucket{namespace="sandbox"}))')
+        assert wait_until(lambda: _value(prometheus, 'sum(vllm:request_success_total)') == 6, 10)
+        median = _value(prometheus, quantile)
+        assert median is not None and 0.0 < median <= 0.3
+        ttft_p95 = _value(prometheus, 'histogram_quantile(0.95, sum by (le) '
+                                      '(rate(vllm:time_to_first_token_seconds_bucket[10s])))')
+        assert ttft_p95 is not None and 0.0 < ttft_p95 <= 0.1
+
+        series = prometheus.query('vllm:num_requests_running{deployment="chat"}')
+        assert {s["metric"]["pod"] for s in series} == {r.name for r in replicas}
+        assert not prometheus.query('{__name__=~"vllm_.*"}')  # no colon was rewritten
+
+
+def test_it_follows_replicas_as_they_come_and_go(prometheus: PrometheusLauncher, small_profile: PoolProfile) -> None:
+    with Fleet() as fleet:
+        prometheus.follow(fleet)
+        first = fleet.add_replica(MODEL, profile=small_profile, pool="sandbox/scale")
+        first.wait_ready(timeout=5)
+        prometheus.wait_for_up(timeout=20)
+        # Prometheus applies discovery changes every 5 s at most, so change both at once.
+        second = fleet.add_replica(MODEL, profile=small_profile, pool="sandbox/scale")
+        fleet.remove_replica(first)
+        second.wait_ready(timeout=5)
+        prometheus.wait_for_up([f"127.0.0.1:{second.port}"], timeout=20)
+        assert wait_until(lambda: {s["metric"]["pod"] for s in prometheus.query('up{deployment="scale"}')}
+                          == {second.name}, 5)
