@@ -2,14 +2,24 @@
 from __future__ import annotations
 
 from django import forms
+from django.db import models
 
 from controlplane import permissions, services
 from controlplane.choices import Role
 from controlplane.models import SLO, Cluster, Pool, ScheduleWindow, Team
 
 
+def _formfield(field: models.Field, **kwargs) -> forms.Field | None:  # noqa: ANN003
+    if isinstance(field, models.URLField):
+        kwargs.setdefault("assume_scheme", "https")  # Django 6's default, chosen now
+    return field.formfield(**kwargs)
+
+
 class ScopedModelForm(forms.ModelForm):
     """Offers only related objects the user can see, and teams where they are admins."""
+
+    class Meta:
+        formfield_callback = _formfield
 
     def __init__(self, *args, user, **kwargs) -> None:  # noqa: ANN002, ANN003, ANN001
         super().__init__(*args, **kwargs)
@@ -26,7 +36,7 @@ class ScopedModelForm(forms.ModelForm):
 
 
 class ClusterForm(ScopedModelForm):
-    class Meta:
+    class Meta(ScopedModelForm.Meta):
         model = Cluster
         fields = [
             "name", "team", "region", "kube_api_url", "credentials_ref", "prometheus_url",
@@ -35,7 +45,7 @@ class ClusterForm(ScopedModelForm):
 
 
 class PoolForm(ScopedModelForm):
-    class Meta:
+    class Meta(ScopedModelForm.Meta):
         model = Pool
         fields = [
             "cluster", "name", "team", "namespace", "deployment", "model_name", "gpu_type",
@@ -46,13 +56,13 @@ class PoolForm(ScopedModelForm):
 
 
 class SLOForm(ScopedModelForm):
-    class Meta:
+    class Meta(ScopedModelForm.Meta):
         model = SLO
         fields = ["pool", "indicator", "threshold", "objective", "window_days"]
 
 
 class ScheduleWindowForm(ScopedModelForm):
-    class Meta:
+    class Meta(ScopedModelForm.Meta):
         model = ScheduleWindow
         fields = ["pool", "name", "weekday", "start", "end", "time_zone", "prescale_factor", "lead_minutes"]
         widgets = {"start": forms.TimeInput(attrs={"type": "time"}), "end": forms.TimeInput(attrs={"type": "time"})}

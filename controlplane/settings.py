@@ -182,8 +182,6 @@ TRACES_DIR = Path(env_str("HEADROOM_TRACES_DIR", str(BASE_DIR.parent / "shared" 
 
 API_TOKEN_PREFIX = "hr_"
 
-FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6 behaviour, opted into now
-
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
