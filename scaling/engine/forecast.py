@@ -45,7 +45,7 @@ SEASONS_DAILY = 7  # days whose same-clock-time change is pooled (median)
 SEASONS_WEEKLY = 2
 WEIGHT_HALF_LIFE_S = 12 * 3600.0  # memory of the blend's error scores
 RESIDUAL_WINDOW_S = 3 * DAY_S  # residuals the p90 is calibrated on
-MIN_RESIDUALS = 10  # below this the p90 is a conservative 2x of the expected
+MIN_RESIDUALS = 10  # below this the p90 is wide: 2x the expected or the recent peak
 ACI_STEP = 0.005  # adaptive conformal inference learning rate
 LOG_SHIFT_FRACTION = 0.1  # shift = 10 % of the running mean rate, so zero rates stay finite
 
@@ -214,7 +214,10 @@ def calibrate_upper(values: np.ndarray, expected: np.ndarray, horizon: int, step
         quantile = _conformal_quantile(residuals, 1.0 - alpha)
         base = max(expected[t], 0.0)
         if quantile is None:
-            upper[t] = 2.0 * base + shifts[t]  # too few errors seen: stay wide
+            # Too few errors seen: stay wide, at least twice the expected and the recent peak.
+            recent = values[max(t - horizon, 0) : t + 1]
+            peak = float(np.nanmax(recent)) if np.isfinite(recent).any() else 0.0
+            upper[t] = max(2.0 * base + shifts[t], peak)
         else:
             upper[t] = max((base + shifts[t]) * math.exp(quantile) - shifts[t], base)
     return upper
