@@ -1,0 +1,139 @@
+"""Replica lifecycle shared by both modes: requested -> starting -> ready -> draining -> gone.
+
+A replica is billed from the moment it is requested (the GPU is held while weights load) until it
+is gone. It adds capacity only while ready. Scale-down first cancels replicas still starting
+(newest first), then drains ready ones: a draining replica takes no new requests and is gone when
+its last request finishes.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from scaling.sim.config import ColdStart
+
+
+class ReplicaState(enum.Enum):
+    STARTING = "starting"  # requested; the pod is scheduled and loading the model
+    READY = "ready"
+    DRAINING = "draining"
+    GONE = "gone"
+
+
+@dataclass
+class Replica:
+    replica_id: int
+    requested_at: float
+    ready_at: float
+    state: ReplicaState = ReplicaState.STARTING
+    gone_at: float | None = None
+    stopped_at: float | None = None  # stopped taking requests (drain began)
+
+    def ready_s(self, until: float) -> float:
+        if self.state is ReplicaState.STARTING or (self.state is ReplicaState.GONE and self.stopped_at is None):
+            return 0.0  # never became ready
+        end = self.stopped_at if self.stopped_at is not None else until
+        return max(0.0, min(end, until) - min(self.ready_at, until))
+
+    def billed_s(self, until: float) -> float:
+        end = self.gone_at if self.gone_at is not None else until
+        return max(0.0, end - self.requested_at)
+
+
+class ReplicaSet:
+    def __init__(self, cold_start: ColdStart, rng: np.random.Generator) -> None:
+        self.cold_start = cold_start
+        self.rng = rng
+        self.replicas: list[Replica] = []
+        self.ready_ids: list[int] = []  # routing order is by id; kept sorted
+        self._starting: list[Replica] = []  # kept apart: a long replay creates thousands of replicas
+        self.cold_starts = 0
+
+    def start_warm(self, count: int, now: float = 0.0) -> None:
+        """Replicas that were already running when the replay starts."""
+        for _ in range(count):
+            replica = self._new(now, now)
+            replica.state = ReplicaState.READY
+            self.ready_ids.append(replica.replica_id)
+
+    @property
+    def starting(self) -> list[Replica]:
+        return list(self._starting)
+
+    @property
+    def ready_count(self) -> int:
+        return len(self.ready_ids)
+
+    @property
+    def desired_count(self) -> int:
+        return self.ready_count + len(self._starting)
+
+    def next_ready_at(self) -> float:
+        return min((r.ready_at for r in self._starting), default=math.inf)
+
+    def promote_due(self, now: float) -> list[int]:
+        """Move every starting replica whose cold start is over to ready; returns their ids."""
+        promoted = [r.replica_id for r in self._starting if r.ready_at <= now]
+        if promoted:
+            for replica_id in promoted:
+                self.replicas[replica_id].state = ReplicaState.READY
+            self._starting = [r for r in self._starting if r.state is ReplicaState.STARTING]
+            self.ready_ids = sorted(self.ready_ids + promoted)
+        return promoted
+
+    def scale_to(self, desired: int, now: float, last_request_end: Callable[[int], float]) -> list[int]:
+        """Request or remove replicas; returns the ids that stopped taking requests."""
+        change = desired - self.desired_count
+        if change > 0:
+            for _ in range(change):
+                self._starting.append(self._new(now, now + self._draw_cold_start_s()))
+                self.cold_starts += 1
+            return []
+        removed: list[int] = []
+        for replica in sorted(self._starting, key=lambda r: -r.requested_at)[: -change]:
+            replica.state, replica.gone_at = ReplicaState.GONE, now
+            self._starting.remove(replica)
+            change += 1
+        if change < 0:
+            by_free_first = sorted(self.ready_ids, key=last_request_end)[: -change]
+            for replica_id in by_free_first:
+                replica = self.replicas[replica_id]
+                replica.state, replica.stopped_at = ReplicaState.DRAINING, now
+                replica.gone_at = max(now, last_request_end(replica_id))
+                self.ready_ids.remove(replica_id)
+                removed.append(replica_id)
+        return removed
+
+    def ready_seconds(self, until: float) -> float:
+        return sum(r.ready_s(until) for r in self.replicas)
+
+    def replica_seconds(self, until: float) -> float:
+        return sum(r.billed_s(until) for r in self.replicas)
+
+    def max_alive(self) -> int:
+        """Most replicas billed at the same time."""
+        events = sorted(
+            [(r.requested_at, 1) for r in self.replicas]
+            + [(r.gone_at, -1) for r in self.replicas if r.gone_at is not None],
+            key=lambda e: (e[0], e[1]),
+        )
+        alive = peak = 0
+        for _, delta in events:
+            alive += delta
+            peak = max(peak, alive)
+        return peak
+
+    def _new(self, requested_at: float, ready_at: float) -> Replica:
+        replica = Replica(len(self.replicas), requested_at, ready_at)
+        self.replicas.append(replica)
+        return replica
+
+    def _draw_cold_start_s(self) -> float:
+        sigma = self.cold_start.sigma
+        if sigma == 0.0:
+            return self.cold_start.p50_s
+        return float(self.cold_start.p50_s * math.exp(sigma * self.rng.standard_normal()))

@@ -1,0 +1,30 @@
+"""The policy interface both simulation modes call: `decide(now, observation, state) -> replicas`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a policy can see at a tick: the signals a real pool would export, measured now."""
+
+    now: float
+    ready_replicas: int
+    starting_replicas: int  # requested, still loading: "arriving" capacity
+    desired_replicas: int  # the current target (Deployment spec.replicas)
+    queue_depth: float  # requests waiting for their prefill to start, router queue included
+    running: float  # requests admitted to a batch
+    utilisation: float  # mean over ready replicas of GPU busy share or batch fill, 0..1
+    arrival_rate_rps: float  # requests sent (retries included) per second over the last tick
+
+
+class Policy(Protocol):
+    name: str
+    tick_s: float
+
+    def new_state(self) -> Any:
+        """Fresh per-run state; `decide` may mutate it."""
+        ...
+
+    def decide(self, now: float, observation: Observation, state: Any) -> int: ...

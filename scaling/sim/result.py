@@ -1,0 +1,76 @@
+"""What a replay reports, identical for both modes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scaling.sim.config import SimConfig
+from scaling.sim.lifecycle import ReplicaSet
+from scaling.sim.policies.base import Observation
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    p50: float
+    p95: float
+    p99: float
+
+    @classmethod
+    def of(cls, values_s: np.ndarray, weights: np.ndarray | None = None) -> Percentiles:
+        if len(values_s) == 0:
+            return cls(float("nan"), float("nan"), float("nan"))
+        p50, p95, p99 = weighted_quantiles(values_s, (0.5, 0.95, 0.99), weights)
+        return cls(round(p50 * 1000, 1), round(p95 * 1000, 1), round(p99 * 1000, 1))
+
+
+def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights: np.ndarray | None = None) -> list[float]:
+    if weights is None:
+        return [float(q) for q in np.quantile(values, quantiles)]
+    order = np.argsort(values)
+    cumulative = np.cumsum(weights[order])
+    positions = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
+    return [float(values[order][min(p, len(values) - 1)]) for p in positions]
+
+
+@dataclass
+class SimResult:
+    policy: str
+    mode: str
+    requests: int
+    served: int
+    rejected: int
+    timed_out: int
+    retries: int
+    slo_attainment: float
+    ttft_ms: Percentiles
+    e2e_ms: Percentiles
+    gpu_hours: float
+    cost_usd: float
+    max_replicas: int
+    mean_ready_replicas: float
+    cold_starts: int
+    wall_s: float = 0.0
+    samples: list[Observation] = field(default_factory=list, repr=False)  # one per policy tick
+
+    def as_json(self) -> dict[str, object]:
+        keys = (
+            "policy mode requests served rejected timed_out retries slo_attainment ttft_ms e2e_ms "
+            "gpu_hours cost_usd max_replicas mean_ready_replicas cold_starts wall_s"
+        ).split()
+        out: dict[str, object] = {}
+        for key in keys:
+            value = getattr(self, key)
+            out[key] = vars(value) if isinstance(value, Percentiles) else value
+        return out
+
+
+def pool_costs(replicas: ReplicaSet, config: SimConfig, end_s: float) -> dict[str, float | int]:
+    gpu_hours = replicas.replica_seconds(end_s) / 3600 * config.profile.gpus_per_replica
+    return {
+        "gpu_hours": round(gpu_hours, 4),
+        "cost_usd": round(gpu_hours * config.profile.gpu_hour_usd, 2),
+        "max_replicas": replicas.max_alive(),
+        "mean_ready_replicas": round(replicas.ready_seconds(end_s) / end_s, 3) if end_s > 0 else 0.0,
+        "cold_starts": replicas.cold_starts,
+    }
