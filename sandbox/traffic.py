@@ -1,0 +1,189 @@
+"""The traffic generator: replays a request trace against an OpenAI-compatible URL, like clients do.
+
+Each trace request (arrival second, prompt tokens, output tokens) becomes a `/v1/completions`
+call with a prompt of that many words and `max_tokens` = output tokens (`ignore_eos`, so exactly
+that many come back). `speed` compresses the trace's time; `rate` scales the request rate
+(0.5 drops every other request on average, 3 sends each three times). Clients time out and retry
+with backoff like real ones, so an overloaded pool sees the retries pile up. `report()` says what
+the clients saw.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import requests
+
+RETRYABLE_STATUS = {500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    t_s: float  # seconds from the trace start
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    timeout_s: float = 60.0  # per attempt, wall seconds
+    retries: int = 2  # extra attempts after a timeout, connection error or 5xx
+    backoff_s: float = 0.5  # doubled on each retry
+    max_in_flight: int = 256  # concurrent client connections
+    model: str = "sandbox"  # the gateway rewrites it to the chosen pool's model
+    max_prompt_tokens: int = 16_000  # longer prompts are clipped to keep the emulator's context valid
+
+
+@dataclass
+class TrafficReport:
+    sent: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retries: int = 0
+    timeouts: int = 0  # attempts that timed out
+    statuses: Counter[str] = field(default_factory=Counter)  # final outcome per request
+    latencies_s: list[float] = field(default_factory=list)  # first attempt to success, wall seconds
+
+    def quantile(self, q: float) -> float | None:
+        return float(np.quantile(self.latencies_s, q)) if self.latencies_s else None
+
+    def summary(self) -> dict[str, Any]:
+        return {"sent": self.sent, "succeeded": self.succeeded, "failed": self.failed,
+                "retries": self.retries, "timeouts": self.timeouts, "statuses": dict(self.statuses),
+                "latency_p50_s": self.quantile(0.5), "latency_p95_s": self.quantile(0.95),
+                "latency_p99_s": self.quantile(0.99)}
+
+
+def from_rows(rows: Iterable[tuple[float, int, int]]) -> Iterator[TraceRequest]:
+    for t_s, prompt_tokens, output_tokens in rows:
+        yield TraceRequest(float(t_s), int(prompt_tokens), int(output_tokens))
+
+
+def from_workload(workload: Any, seed: int = 0) -> Iterator[TraceRequest]:
+    """Requests from a `scaling.sim` workload (a request log, or a rate file sampled into one)."""
+    trace = workload.to_requests(seed)
+    for t_s, prompt, output in zip(trace.arrival_s, trace.prompt_tokens, trace.output_tokens):
+        yield TraceRequest(float(t_s), int(prompt), int(output))
+
+
+def load_trace_file(path: str, seed: int = 0) -> Iterator[TraceRequest]:
+    """Requests from a trace file, through the simulator's loaders (Azure, Mooncake, ServeGen)."""
+    from scaling.sim.loaders import load_trace
+
+    return from_workload(load_trace(path), seed)
+
+
+def scale_rate(trace: Iterable[TraceRequest], rate: float, seed: int = 0) -> Iterator[TraceRequest]:
+    """Thin (rate < 1) or repeat (rate > 1) requests, keeping their arrival times."""
+    chooser = random.Random(seed)
+    for request in trace:
+        copies = int(rate) + (1 if chooser.random() < rate - int(rate) else 0)
+        for _ in range(copies):
+            yield request
+
+
+class TrafficGenerator:
+    def __init__(self, url: str, trace: Iterable[TraceRequest], *, speed: float = 1.0, rate: float = 1.0,
+                 options: ClientOptions | None = None, seed: int = 0) -> None:
+        self.url = url.rstrip("/") + "/v1/completions"
+        self.trace = scale_rate(trace, rate, seed) if rate != 1.0 else iter(trace)
+        self.speed = speed
+        self.options = options or ClientOptions()
+        self._report = TrafficReport()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._local = threading.local()
+        self._pool = ThreadPoolExecutor(self.options.max_in_flight, thread_name_prefix="traffic")
+        self._dispatcher: threading.Thread | None = None
+
+    def start(self) -> TrafficGenerator:
+        self._dispatcher = threading.Thread(target=self._dispatch, name="traffic-dispatch", daemon=True)
+        self._dispatcher.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> TrafficReport:
+        """Wait until every request was sent and answered (or gave up)."""
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout)
+        self._pool.shutdown(wait=True)
+        return self.report()
+
+    def run(self) -> TrafficReport:
+        return self.start().wait()
+
+    def stop(self) -> TrafficReport:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        return self.report()
+
+    def report(self) -> TrafficReport:
+        with self._lock:
+            copy = TrafficReport(**{**self._report.__dict__})
+            copy.statuses = Counter(self._report.statuses)
+            copy.latencies_s = list(self._report.latencies_s)
+            return copy
+
+    # --- sending ---------------------------------------------------------------------------
+    def _dispatch(self) -> None:
+        started = time.monotonic()
+        first_t: float | None = None
+        for request in self.trace:
+            first_t = request.t_s if first_t is None else first_t
+            due = started + (request.t_s - first_t) / self.speed
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                return
+            with self._lock:
+                self._report.sent += 1
+            try:
+                self._pool.submit(self._send, request)
+            except RuntimeError:
+                return  # stopped
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
+    def _send(self, request: TraceRequest) -> None:
+        prompt_tokens = max(1, min(request.prompt_tokens, self.options.max_prompt_tokens))
+        body = {"model": self.options.model, "prompt": "hi " * prompt_tokens,
+                "max_tokens": max(1, request.output_tokens), "ignore_eos": True}
+        started = time.monotonic()
+        outcome = "error"
+        for attempt in range(self.options.retries + 1):
+            if attempt:
+                with self._lock:
+                    self._report.retries += 1
+                if self._stop.wait(self.options.backoff_s * 2 ** (attempt - 1)):
+                    break
+            outcome = self._attempt(body)
+            if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
+                break
+        with self._lock:
+            self._report.statuses[outcome] += 1
+            if outcome == "200":
+                self._report.succeeded += 1
+                self._report.latencies_s.append(time.monotonic() - started)
+            else:
+                self._report.failed += 1
+
+    def _attempt(self, body: dict[str, Any]) -> str:
+        try:
+            response = self._session().post(self.url, json=body, timeout=self.options.timeout_s)
+            return str(response.status_code)
+        except requests.Timeout:
+            with self._lock:
+                self._report.timeouts += 1
+            self._local.session = None  # the connection is in an unknown state
+            return "timeout"
+        except requests.ConnectionError:
+            self._local.session = None
+            return "connection_error"
