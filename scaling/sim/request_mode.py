@@ -263,6 +263,7 @@ def _result(
         slo_attainment=round(within_slo / total, 4) if total else 1.0,
         ttft_ms=Percentiles.of(ttft[served]),
         e2e_ms=Percentiles.of(e2e[served]),
+        e2e_mean_s=float(np.mean(e2e[served])) if served.any() else float("nan"),
         wall_s=round(time.perf_counter() - started, 3),
         samples=samples,
         **pool_costs(replicas, config, end_s),  # type: ignore[arg-type]

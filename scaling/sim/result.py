@@ -51,6 +51,7 @@ class SimResult:
     mean_ready_replicas: float
     cold_starts: int
     wall_s: float = 0.0
+    e2e_mean_s: float = float("nan")  # for Little's law checks; not part of the JSON
     samples: list[Observation] = field(default_factory=list, repr=False)  # one per policy tick
 
     def as_json(self) -> dict[str, object]:
