@@ -120,7 +120,7 @@ def load_mooncake(path: Path) -> Trace:
             if not text.strip():
                 continue
             try:
-                record = json.loads(text)
+                record = json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, line, exc.colno, f"bad JSON: {exc.msg}") from None
             if not isinstance(record, dict):

@@ -32,6 +32,7 @@ from scaling.sim.router import LeastOutstandingRouter
 from scaling.sim.workload import Workload
 
 SERVED, REJECTED, TIMED_OUT = 1, 2, 3
+TAIL_LIMIT_S = 86_400.0  # after the last arrival, wait at most this long for a replica to serve the rest
 ProgressFn = Callable[[float, float], None]  # (simulated seconds done, simulated seconds total)
 
 
@@ -226,7 +227,9 @@ def run_request_mode(
     end_s = max([span, *last_end])
     while True:
         next_control = min(next_tick, next_ready)
-        if next_control > end_s or (next_control == math.inf):
+        if next_control == math.inf or next_control > span + TAIL_LIMIT_S:
+            break
+        if next_control > end_s and not router_queue:
             break
         next_tick = control(next_control, next_tick)
         next_ready = replicas.next_ready_at()
