@@ -135,7 +135,7 @@ def _pod(raw: dict[str, Any], index: int) -> Pod:
         phase=str(raw.get("phase", "Running")),
         ready=None if ready is None else bool(ready),
         deleting=bool(raw.get("deleting", False)),
-        cpu_request_milli=None if raw.get("cpuRequestMilli") is None else int(raw["cpuRequestMilli"]),
+        cpu_request_milli=None if raw.get("cpuRequestMilli") is None else _milli_cpu(raw["cpuRequestMilli"]),
         started_s_ago=optional_float("startedSecondsAgo"),
         ready_transition_s_ago=optional_float("readyTransitionSecondsAgo"),
         metric_sample_s_ago=float(raw.get("metricSampleSecondsAgo", 0.0)),
@@ -147,8 +147,15 @@ def _pod_value_milli(metric: MetricSpec, value: Any) -> int | None:
     if value is None:
         return None
     if metric.type == "Resource" and metric.resource_name == "cpu":
-        return int(value)  # already milli-CPU
+        return _milli_cpu(value)
     return to_milli(value)
+
+
+def _milli_cpu(value: Any) -> int:
+    """Numbers are milli-CPU already; strings are quantities ("600m", "0.6")."""
+    if isinstance(value, str):
+        return to_milli(value)
+    return to_milli(value) // 1000 if float(value).is_integer() else math.ceil(float(value))
 
 
 def _observations(case: dict[str, Any], spec: HpaSpec, raw_pods: list[dict[str, Any]]) -> list[MetricObservation]:
@@ -243,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(cases, list):
         print(f"error: {args[0]} must hold a JSON array of cases", file=sys.stderr)
         return 2
-    json.dump(run_cases(cases), sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    try:
+        json.dump(run_cases(cases), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped early (| head): not our error
+        sys.stderr.close()
     return 0

@@ -9,8 +9,8 @@ Two halves, as in kube-controller-manager:
    (5-minute downscale stabilization and a scale-up cap of max(2 x current, 4)).
 
 The history the real HPA keeps in memory (and loses on restart) is `HpaState`, a plain serialisable
-value that callers persist. Headroom's own use of the core, queue depth per ready replica, is
-`decide_on_queue_depth` at the bottom. Values are milli-units (int), as Kubernetes quantities are.
+value (`hpa_spec.py`) that callers persist. Headroom's own use of the core, queue depth per ready
+replica, is `queue_depth.decide_on_queue_depth`. Values are milli-units (int), as Kubernetes quantities are.
 
 Run `python -m scaling.engine.replicas CASES.json` for the conformance case format
 (../shared/reference/hpa-conformance.md); the parsing lives in `hpa_cases.py`.
@@ -19,153 +19,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
-DEFAULT_TOLERANCE = 0.1
-# kube-controller-manager flag defaults (--horizontal-pod-autoscaler-*).
-DEFAULT_CPU_INITIALIZATION_PERIOD_S = 300.0
-DEFAULT_INITIAL_READINESS_DELAY_S = 30.0
-DEFAULT_DOWNSCALE_STABILIZATION_S = 300
-SCALE_UP_LIMIT_FACTOR = 2.0
-SCALE_UP_LIMIT_MINIMUM = 4.0
-# A pod whose start time is unknown is treated as started long before any initialization period.
-_LONG_AGO_S = 1e12
-
-RUNNING, PENDING, FAILED, SUCCEEDED = "Running", "Pending", "Failed", "Succeeded"
-
-
-class HpaError(Exception):
-    """What Kubernetes reports as an error instead of a replica count."""
-
-
-# ---------------------------------------------------------------------------- spec
-
-
-@dataclass(frozen=True)
-class MetricTarget:
-    type: str  # "Utilization" | "Value" | "AverageValue"
-    average_utilization: int | None = None  # percent of request
-    value_milli: int | None = None
-    average_value_milli: int | None = None
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    type: str  # "Resource" | "Pods" | "Object" | "External"
-    target: MetricTarget
-    resource_name: str = ""  # Resource metrics only: "cpu", "memory"
-
-
-@dataclass(frozen=True)
-class ScalingPolicy:
-    type: str  # "Pods" | "Percent"
-    value: int
-    period_s: int
-
-
-@dataclass(frozen=True)
-class ScalingRules:
-    stabilization_window_s: int | None = None  # None: the controller default (scale-down only)
-    select_policy: str = "Max"  # "Max" | "Min" | "Disabled"
-    policies: tuple[ScalingPolicy, ...] = ()
-    tolerance: float | None = None  # per-direction tolerance (HPAConfigurableTolerance)
-
-
-DEFAULT_SCALE_UP_RULES = ScalingRules(
-    stabilization_window_s=0,
-    select_policy="Max",
-    policies=(ScalingPolicy("Pods", 4, 15), ScalingPolicy("Percent", 100, 15)),
+from scaling.engine.hpa_spec import (  # noqa: F401 - re-exported: callers import the HPA from here
+    DEFAULT_TOLERANCE,
+    DEFAULT_CPU_INITIALIZATION_PERIOD_S,
+    DEFAULT_INITIAL_READINESS_DELAY_S,
+    DEFAULT_DOWNSCALE_STABILIZATION_S,
+    SCALE_UP_LIMIT_FACTOR,
+    SCALE_UP_LIMIT_MINIMUM,
+    _LONG_AGO_S,
+    RUNNING,
+    PENDING,
+    FAILED,
+    SUCCEEDED,
+    HpaError,
+    MetricTarget,
+    MetricSpec,
+    ScalingPolicy,
+    ScalingRules,
+    DEFAULT_SCALE_UP_RULES,
+    DEFAULT_SCALE_DOWN_RULES,
+    Behavior,
+    HpaSpec,
+    ControllerOptions,
+    Pod,
+    TimedRecommendation,
+    ScaleEvent,
+    HpaState,
+    Outcome,
 )
-DEFAULT_SCALE_DOWN_RULES = ScalingRules(
-    stabilization_window_s=None, select_policy="Max", policies=(ScalingPolicy("Percent", 100, 15),)
-)
-
-
-@dataclass(frozen=True)
-class Behavior:
-    scale_up: ScalingRules = DEFAULT_SCALE_UP_RULES
-    scale_down: ScalingRules = DEFAULT_SCALE_DOWN_RULES
-
-
-@dataclass(frozen=True)
-class HpaSpec:
-    max_replicas: int
-    min_replicas: int = 1
-    metrics: tuple[MetricSpec, ...] = ()
-    behavior: Behavior | None = None  # None: no behavior set (the legacy normalization)
-
-
-@dataclass(frozen=True)
-class ControllerOptions:
-    """kube-controller-manager settings that change answers."""
-
-    tolerance: float = DEFAULT_TOLERANCE
-    cpu_initialization_period_s: float = DEFAULT_CPU_INITIALIZATION_PERIOD_S
-    initial_readiness_delay_s: float = DEFAULT_INITIAL_READINESS_DELAY_S
-    downscale_stabilization_s: int = DEFAULT_DOWNSCALE_STABILIZATION_S
-
-
-@dataclass(frozen=True)
-class Pod:
-    """A pod as the HPA sees it. Times are seconds before now."""
-
-    name: str
-    phase: str = RUNNING
-    ready: bool | None = True  # None: no Ready condition at all
-    deleting: bool = False
-    cpu_request_milli: int | None = None
-    started_s_ago: float | None = None  # None: long before any initialization period
-    ready_transition_s_ago: float | None = None  # None: at start
-    metric_sample_s_ago: float = 0.0
-    metric_window_s: float = 60.0
-
-
-# ---------------------------------------------------------------------------- state
-
-
-@dataclass(frozen=True)
-class TimedRecommendation:
-    at_s: float
-    replicas: int
-
-
-@dataclass(frozen=True)
-class ScaleEvent:
-    at_s: float
-    replica_change: int  # magnitude; the list it sits in says the direction
-
-
-@dataclass(frozen=True)
-class HpaState:
-    """What the HPA remembers between ticks; persist it to survive restarts."""
-
-    recommendations: tuple[TimedRecommendation, ...] = ()
-    scale_up_events: tuple[ScaleEvent, ...] = ()
-    scale_down_events: tuple[ScaleEvent, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "recommendations": [[r.at_s, r.replicas] for r in self.recommendations],
-            "scale_up_events": [[e.at_s, e.replica_change] for e in self.scale_up_events],
-            "scale_down_events": [[e.at_s, e.replica_change] for e in self.scale_down_events],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HpaState:
-        return cls(
-            recommendations=tuple(TimedRecommendation(float(t), int(r)) for t, r in data.get("recommendations", [])),
-            scale_up_events=tuple(ScaleEvent(float(t), int(c)) for t, c in data.get("scale_up_events", [])),
-            scale_down_events=tuple(ScaleEvent(float(t), int(c)) for t, c in data.get("scale_down_events", [])),
-        )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    desired_replicas: int
-    state: HpaState
-    reason: str
-    metric_recommendation: int | None = None
 
 
 # ---------------------------------------------------------------------------- metric proposals
@@ -597,84 +480,6 @@ def decide(
         desired, reason, state = normalize(spec, current_replicas, recommendation, state, now_s, options)
     state = record_scale_event(state, spec.behavior, current_replicas, desired, now_s)
     return Outcome(desired, state, reason, recommendation)
-
-
-# ---------------------------------------------------------------------------- Headroom: queue depth
-
-QUEUE_DEPTH_METRIC = "vllm:num_requests_waiting"
-
-# Scale-up as fast as the HPA default allows (a queue is a user waiting); scale-down slowly
-# (a GPU replica costs 45-90 s or more of cold start to get back): 5-minute window, then at most
-# one replica or 10 % per minute, whichever removes more.
-HEADROOM_QUEUE_BEHAVIOR = Behavior(
-    scale_up=DEFAULT_SCALE_UP_RULES,
-    scale_down=ScalingRules(
-        stabilization_window_s=300,
-        select_policy="Max",
-        policies=(ScalingPolicy("Pods", 1, 60), ScalingPolicy("Percent", 10, 60)),
-    ),
-)
-
-
-@dataclass(frozen=True)
-class QueueDepthPolicy:
-    target_waiting_per_replica: float = 5.0
-    min_replicas: int = 1
-    max_replicas: int = 64
-    tolerance: float = DEFAULT_TOLERANCE
-    behavior: Behavior = field(default=HEADROOM_QUEUE_BEHAVIOR)
-
-
-@dataclass(frozen=True)
-class QueueDepthDecision:
-    desired_replicas: int | None  # None: the signal is unknown, hold (never scale down on it)
-    metric_recommendation: int | None
-    reason: str
-    state: HpaState
-
-
-def decide_on_queue_depth(
-    waiting_per_ready_replica: Sequence[float | None],
-    arriving_replicas: int,
-    current_replicas: int,
-    state: HpaState,
-    now_s: float,
-    policy: QueueDepthPolicy = QueueDepthPolicy(),
-) -> QueueDepthDecision:
-    """The HPA core on `vllm:num_requests_waiting` per *ready* replica.
-
-    Ready replicas carry their queue (None when unknown for that replica: a missing pod in HPA
-    terms). Arriving replicas are pods still loading (Pending in HPA terms): they count as empty
-    on a scale-up, so capacity already on its way is credited, and are ignored on a scale-down.
-    """
-    if not any(value is not None and math.isfinite(value) for value in waiting_per_ready_replica):
-        return QueueDepthDecision(None, None, "QueueDepthUnknown", state)
-    pods = [Pod(name=f"ready-{i}") for i in range(len(waiting_per_ready_replica))]
-    pods += [Pod(name=f"arriving-{i}", phase=PENDING, ready=False) for i in range(arriving_replicas)]
-    values: list[int | None] = [
-        None if value is None or not math.isfinite(value) else round(max(value, 0.0) * 1000)
-        for value in waiting_per_ready_replica
-    ]
-    spec = HpaSpec(
-        max_replicas=policy.max_replicas,
-        min_replicas=policy.min_replicas,
-        metrics=(
-            MetricSpec(
-                "Pods", MetricTarget("AverageValue", average_value_milli=round(policy.target_waiting_per_replica * 1000))
-            ),
-        ),
-        behavior=policy.behavior,
-    )
-    outcome = decide(
-        spec,
-        current_replicas,
-        state,
-        now_s,
-        pods=pods,
-        observations=[MetricObservation(pod_values=tuple(values))],
-        options=ControllerOptions(tolerance=policy.tolerance),
-    )
-    return QueueDepthDecision(outcome.desired_replicas, outcome.metric_recommendation, outcome.reason, outcome.state)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,11 @@ from scaling.engine.replicas import (
     HpaState,
     MetricSpec,
     MetricTarget,
-    QueueDepthPolicy,
     ScalingPolicy,
     ScalingRules,
     decide,
-    decide_on_queue_depth,
 )
+from scaling.engine.queue_depth import QueueDepthPolicy, decide_on_queue_depth
 
 REPO = Path(__file__).resolve().parents[2]
 CASES_PATH = REPO / "scaling" / "engine" / "hpa_cases.json"

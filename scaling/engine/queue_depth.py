@@ -1,0 +1,97 @@
+"""Headroom's reactive signal: the HPA core on vLLM queue depth per *ready* replica."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from scaling.engine.hpa_spec import (
+    DEFAULT_SCALE_UP_RULES,
+    DEFAULT_TOLERANCE,
+    PENDING,
+    Behavior,
+    ControllerOptions,
+    HpaSpec,
+    HpaState,
+    MetricSpec,
+    MetricTarget,
+    Pod,
+    ScalingPolicy,
+    ScalingRules,
+)
+from scaling.engine.replicas import MetricObservation, decide
+
+QUEUE_DEPTH_METRIC = "vllm:num_requests_waiting"
+
+# Scale-up as fast as the HPA default allows (a queue is a user waiting); scale-down slowly
+# (a GPU replica costs 45-90 s or more of cold start to get back): 5-minute window, then at most
+# one replica or 10 % per minute, whichever removes more.
+HEADROOM_QUEUE_BEHAVIOR = Behavior(
+    scale_up=DEFAULT_SCALE_UP_RULES,
+    scale_down=ScalingRules(
+        stabilization_window_s=300,
+        select_policy="Max",
+        policies=(ScalingPolicy("Pods", 1, 60), ScalingPolicy("Percent", 10, 60)),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class QueueDepthPolicy:
+    target_waiting_per_replica: float = 5.0
+    min_replicas: int = 1
+    max_replicas: int = 64
+    tolerance: float = DEFAULT_TOLERANCE
+    behavior: Behavior = field(default=HEADROOM_QUEUE_BEHAVIOR)
+
+
+@dataclass(frozen=True)
+class QueueDepthDecision:
+    desired_replicas: int | None  # None: the signal is unknown, hold (never scale down on it)
+    metric_recommendation: int | None
+    reason: str
+    state: HpaState
+
+
+def decide_on_queue_depth(
+    waiting_per_ready_replica: Sequence[float | None],
+    arriving_replicas: int,
+    current_replicas: int,
+    state: HpaState,
+    now_s: float,
+    policy: QueueDepthPolicy = QueueDepthPolicy(),
+) -> QueueDepthDecision:
+    """The HPA core on `vllm:num_requests_waiting` per *ready* replica.
+
+    Ready replicas carry their queue (None when unknown for that replica: a missing pod in HPA
+    terms). Arriving replicas are pods still loading (Pending in HPA terms): they count as empty
+    on a scale-up, so capacity already on its way is credited, and are ignored on a scale-down.
+    """
+    if not any(value is not None and math.isfinite(value) for value in waiting_per_ready_replica):
+        return QueueDepthDecision(None, None, "QueueDepthUnknown", state)
+    pods = [Pod(name=f"ready-{i}") for i in range(len(waiting_per_ready_replica))]
+    pods += [Pod(name=f"arriving-{i}", phase=PENDING, ready=False) for i in range(arriving_replicas)]
+    values: list[int | None] = [
+        None if value is None or not math.isfinite(value) else round(max(value, 0.0) * 1000)
+        for value in waiting_per_ready_replica
+    ]
+    spec = HpaSpec(
+        max_replicas=policy.max_replicas,
+        min_replicas=policy.min_replicas,
+        metrics=(
+            MetricSpec(
+                "Pods", MetricTarget("AverageValue", average_value_milli=round(policy.target_waiting_per_replica * 1000))
+            ),
+        ),
+        behavior=policy.behavior,
+    )
+    outcome = decide(
+        spec,
+        current_replicas,
+        state,
+        now_s,
+        pods=pods,
+        observations=[MetricObservation(pod_values=tuple(values))],
+        options=ControllerOptions(tolerance=policy.tolerance),
+    )
+    return QueueDepthDecision(outcome.desired_replicas, outcome.metric_recommendation, outcome.reason, outcome.state)
