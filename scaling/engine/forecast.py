@@ -249,6 +249,27 @@ def forecast(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: s
 
 
 @dataclass(frozen=True)
+class ForecastScore:
+    """One forecast against its actual, recorded when the actual arrives."""
+
+    absolute_error_rps: float
+    percentage_error: float | None  # None when the actual was 0
+    covered: bool  # p90 >= actual
+    overshoot: float | None  # p90 / actual - 1 when covered and actual > 0
+
+
+def score_forecast(made: Forecast, actual_rps: float) -> ForecastScore:
+    error = abs(made.expected_rps - actual_rps)
+    covered = made.p90_rps >= actual_rps
+    return ForecastScore(
+        absolute_error_rps=error,
+        percentage_error=error / actual_rps if actual_rps > 0 else None,
+        covered=covered,
+        overshoot=made.p90_rps / actual_rps - 1 if covered and actual_rps > 0 else None,
+    )
+
+
+@dataclass(frozen=True)
 class Backtest:
     method: str
     points: int

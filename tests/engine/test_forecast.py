@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scaling.engine.forecast import METHODS, backtest, forecast, forecast_path
+from scaling.engine.forecast import METHODS, Forecast, backtest, forecast, forecast_path, score_forecast
 from scaling.engine.rate_series import SeriesError, from_values, read_series, resample
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,3 +130,14 @@ def test_it_fails_with_a_clear_error(args: list[str], message: str) -> None:
     assert done.returncode == 2
     assert "error: " in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_it_scores_a_forecast_when_its_actual_arrives() -> None:
+    made = Forecast("adaptive", made_at_s=0.0, horizon_s=1800.0, expected_rps=100.0, p90_rps=130.0)
+    hit = score_forecast(made, 120.0)
+    assert hit.covered and hit.absolute_error_rps == 20.0
+    assert hit.percentage_error == pytest.approx(1 / 6) and hit.overshoot == pytest.approx(130 / 120 - 1)
+    miss = score_forecast(made, 150.0)
+    assert not miss.covered and miss.overshoot is None
+    idle = score_forecast(made, 0.0)
+    assert idle.covered and idle.percentage_error is None and idle.overshoot is None
