@@ -13,9 +13,10 @@ import http.client
 import json
 import random
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from sandbox.httpserver import QuietHTTPServer
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.replica import EmulatedReplica
 
@@ -56,8 +57,7 @@ class Gateway:
         return min(ready, key=lambda r: r.engine.in_flight) if ready else None
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietHTTPServer):
     gateway: Gateway
 
 

@@ -10,13 +10,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from scaling.sim.profiles import PoolProfile
 
 from sandbox.clock import ModelClock
 from sandbox.engine import Engine
+from sandbox.httpserver import QuietHTTPServer
 from sandbox.vllm_metrics import VllmMetrics
 
 
@@ -37,9 +37,7 @@ class ReplicaFaults:
     max_num_queued_reqs: int | None = None  # admission limit: 503 beyond it, like vLLM 0.33
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Server(QuietHTTPServer):
 
     def __init__(self, replica: EmulatedReplica, address: tuple[str, int]) -> None:
         from sandbox.vllm_http import VllmRequestHandler

@@ -80,9 +80,12 @@ class VllmRequestHandler(BaseHTTPRequestHandler):
             status = handler(body)
         except ApiError as error:
             status = error.status
-            self._send_json(error.status, {"error": {"message": error.message, "type": error.kind,
-                                                     "param": error.param, "code": error.status}})
-        except (BrokenPipeError, ConnectionResetError):
+            try:
+                self._send_json(error.status, {"error": {"message": error.message, "type": error.kind,
+                                                         "param": error.param, "code": error.status}})
+            except OSError:
+                self.close_connection = True
+        except OSError:  # the client hung up, or the replica is being killed
             self.close_connection = True
         if url.path not in UNTRACKED_PATHS and handler is not None:
             self.replica.metrics.record_http(url.path, method, status, time.monotonic() - started)

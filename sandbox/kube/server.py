@@ -13,10 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from sandbox.httpserver import QuietHTTPServer
 from sandbox.kube import resources
 from sandbox.kube.errors import ApiError
 from sandbox.kube.patch import PatchError, json_patch, merge_patch
@@ -118,8 +119,7 @@ class KubeApiServer:
         return None
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietHTTPServer):
     api: KubeApiServer
 
 

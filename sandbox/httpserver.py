@@ -1,0 +1,17 @@
+"""The stdlib threading HTTP server, minus tracebacks for clients that hang up mid-answer."""
+from __future__ import annotations
+
+import sys
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            return  # the peer went away (client timeout, replica killed, sandbox stopping)
+        print(f"sandbox: {type(error).__name__} while answering {client_address}: {error}", file=sys.stderr)

@@ -1,0 +1,145 @@
+"""The whole sandbox in one object: fleet, Kubernetes API, route gateway, Prometheus and traffic.
+
+`manage.py sandbox` is a thin shell around `Sandbox`; tests and the demo can use it directly:
+
+    with Sandbox(SandboxConfig(pools=2, scenario="idle", cold_start_s=1)) as sandbox:
+        print(sandbox.describe())
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scaling.sim.profiles import PROFILES, PoolProfile
+
+from sandbox.fleet import Fleet
+from sandbox.gateway import Gateway
+from sandbox.kube.cluster import PoolSpec, SandboxCluster
+from sandbox.prometheus import PrometheusError, PrometheusLauncher
+from sandbox.scenarios import scenario_trace
+from sandbox.traffic import ClientOptions, TrafficGenerator
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    pools: int = 2
+    scenario: str = "steady"
+    speed: float = 1.0
+    replicas: int = 1  # per pool, at start
+    cold_start_s: float | None = None  # model seconds; None: each profile's p50
+    prometheus: bool = True
+    scrape_interval_s: float = 5.0
+    namespace: str = "sandbox"
+    # Real profiles batch 256 sequences; 8 lets queues form at request rates two CPU cores can
+    # emulate. Latency per token still follows the profile.
+    max_num_seqs: int = 8
+    traces_dir: Path | None = None
+
+
+def _dns_label(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:50]
+
+
+def pool_specs(config: SandboxConfig) -> list[PoolSpec]:
+    """One pool per profile, cycling through the simulator's profiles; weights split the route evenly."""
+    profiles = list(PROFILES.values())
+    specs = []
+    for index in range(config.pools):
+        profile: PoolProfile = profiles[index % len(profiles)]
+        scaled = dataclasses.replace(profile, max_num_seqs=min(profile.max_num_seqs, config.max_num_seqs),
+                                     kv_cache_tokens=min(profile.kv_cache_tokens, 200_000))
+        name = "vllm-" + _dns_label(profile.name) + (f"-{index // len(profiles) + 1}" if index >= len(profiles) else "")
+        weight = 100 // config.pools + (100 % config.pools if index == 0 else 0)
+        specs.append(PoolSpec(name=name, profile=scaled, namespace=config.namespace, replicas=config.replicas,
+                              cold_start_s=config.cold_start_s, weight=weight, min_replicas=1, max_replicas=10))
+    return specs
+
+
+class Sandbox:
+    def __init__(self, config: SandboxConfig) -> None:
+        if config.pools < 1:
+            raise ValueError("a sandbox needs at least one pool")
+        self.config = config
+        self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir)
+        self.fleet = Fleet(speed=config.speed)
+        self.cluster = SandboxCluster(self.fleet, route_namespace=config.namespace)
+        self.gateway = Gateway(self.cluster)
+        self.prometheus: PrometheusLauncher | None = None
+        self.traffic: TrafficGenerator | None = None
+        self.specs = pool_specs(config)
+
+    def start(self) -> Sandbox:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.fleet.start()
+        self.cluster.start()
+        for spec in self.specs:
+            self.cluster.add_pool(spec)
+        self.gateway.start()
+        # Prometheus starts after the pools exist, so its first discovery already lists every replica.
+        if self.config.prometheus:
+            self.prometheus = PrometheusLauncher(scrape_interval_s=self.config.scrape_interval_s)
+            self.prometheus.follow(self.fleet)
+            try:
+                self.prometheus.start()
+            except PrometheusError as error:
+                print(f"sandbox: running without Prometheus: {error}", file=sys.stderr)
+                self.prometheus.stop()
+                self.prometheus = None
+        if self.trace is not None:
+            options = ClientOptions(timeout_s=max(5.0, 120.0 / self.config.speed))
+            self.traffic = TrafficGenerator(self.gateway.url, self.trace, speed=self.config.speed,
+                                            options=options).start()
+
+    def stop(self) -> None:
+        """Stop everything this sandbox started; safe to call twice."""
+        for stop in (self.traffic and self.traffic.stop, self.gateway.stop, self.cluster.stop, self.fleet.stop,
+                     self.prometheus and self.prometheus.stop):
+            if stop:
+                try:
+                    stop()
+                except Exception as error:  # keep stopping the rest
+                    print(f"sandbox: while stopping: {error}", file=sys.stderr)
+        self.traffic = None
+        self.prometheus = None
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """The addresses, as `manage.py sandbox --json` prints them on its first line."""
+        return {
+            "kube_api": self.cluster.url,
+            "prometheus": self.prometheus.url if self.prometheus else None,
+            "pools": [{"name": spec.name, "namespace": spec.namespace, "deployment": spec.name,
+                       "model": spec.served_model, "route": self.cluster.route_name,
+                       "replicas": [r.base_url for r in self.cluster.replicas(spec.namespace, spec.name)]}
+                      for spec in self.specs],
+        }
+
+    def status_line(self) -> str:
+        parts = []
+        for spec in self.specs:
+            replicas = self.cluster.replicas(spec.namespace, spec.name)
+            ready = [r for r in replicas if r.ready]
+            waiting = sum(r.metrics.waiting for r in ready)
+            running = sum(r.metrics.running for r in ready)
+            parts.append(f"{spec.name}: {len(ready)}/{len(replicas)} ready, {running} running, {waiting} waiting")
+        if self.traffic is not None:
+            report = self.traffic.report()
+            parts.append(f"clients: {report.sent} sent, {report.succeeded} ok, {report.failed} failed, "
+                         f"{report.retries} retries")
+        return " | ".join(parts)

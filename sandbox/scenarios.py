@@ -1,0 +1,72 @@
+"""Named traffic scenarios for the sandbox, as request traces in model seconds.
+
+- `idle`: no traffic.
+- `steady`: Poisson arrivals, `BASE_RPS_PER_POOL` per pool, conversation-like token lengths.
+- `surge`: the steady load with a 10x surge from minute 2 to minute 7 of every 15 minutes.
+- `azure-conv`, `azure-code`: the shared Azure LLM inference traces, replayed (looped) through the
+  simulator's loaders.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from sandbox.traffic import TraceRequest, load_trace_file
+
+BASE_RPS_PER_POOL = 2.0
+SURGE_FACTOR = 10.0
+SURGE_START_S, SURGE_END_S, SURGE_PERIOD_S = 120.0, 420.0, 900.0
+PROMPT_MEDIAN, OUTPUT_MEDIAN = 500, 100
+TRACE_FILES = {"azure-conv": "AzureLLMInferenceTrace_conv.csv", "azure-code": "AzureLLMInferenceTrace_code.csv"}
+SCENARIOS = ("idle", "steady", "surge", *TRACE_FILES)
+
+
+def _tokens(chooser: random.Random, median: int, sigma: float, cap: int) -> int:
+    return max(1, min(cap, int(chooser.lognormvariate(math.log(median), sigma))))
+
+
+def poisson(rate_at: callable, seed: int = 0) -> Iterator[TraceRequest]:  # type: ignore[valid-type]
+    """Arrivals of a Poisson process whose rate (req/s) may change with time (thinning)."""
+    chooser = random.Random(seed)
+    peak = max(rate_at(t) for t in range(0, int(SURGE_PERIOD_S), 10)) or 1e-9
+    t = 0.0
+    while True:
+        t += chooser.expovariate(peak)
+        if chooser.random() * peak <= rate_at(t):
+            yield TraceRequest(t, _tokens(chooser, PROMPT_MEDIAN, 0.5, 4000),
+                               _tokens(chooser, OUTPUT_MEDIAN, 0.6, 1000))
+
+
+def _looped(path: Path) -> Iterator[TraceRequest]:
+    offset = 0.0
+    for _ in itertools.count():
+        last = 0.0
+        for request in load_trace_file(str(path)):
+            last = request.t_s
+            yield TraceRequest(offset + request.t_s, request.prompt_tokens, request.output_tokens)
+        offset += last + 1.0
+
+
+def scenario_trace(name: str, pools: int, traces_dir: Path | None = None, seed: int = 0) -> Iterator[TraceRequest] | None:
+    """The scenario's endless request stream, or None for `idle`. ValueError on an unknown name."""
+    base = BASE_RPS_PER_POOL * max(1, pools)
+    if name == "idle":
+        return None
+    if name == "steady":
+        return poisson(lambda t: base, seed)
+    if name == "surge":
+        def rate(t: float) -> float:
+            in_surge = SURGE_START_S <= t % SURGE_PERIOD_S < SURGE_END_S
+            return base * (SURGE_FACTOR if in_surge else 1.0)
+        return poisson(rate, seed)
+    if name in TRACE_FILES:
+        if traces_dir is None:
+            raise ValueError(f"scenario {name} needs the traces directory (HEADROOM_TRACES_DIR)")
+        path = traces_dir / TRACE_FILES[name]
+        if not path.is_file():
+            raise ValueError(f"scenario {name} needs {path}, which does not exist")
+        return _looped(path)
+    raise ValueError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}")
