@@ -90,13 +90,18 @@ def _target(raw: dict[str, Any]) -> MetricTarget:
 
 def _metric(raw: dict[str, Any]) -> MetricSpec:
     kind = raw.get("type")
-    source = {"Resource": "resource", "Pods": "pods", "Object": "object", "External": "external"}.get(kind or "")
+    source = {
+        "Resource": "resource", "ContainerResource": "containerResource",
+        "Pods": "pods", "Object": "object", "External": "external",
+    }.get(kind or "")
     if source is None:
         # Kubernetes answers an invalid-source error for this metric alone, so keep it and let it fail.
         return MetricSpec(str(kind), MetricTarget("Unknown"))
     body = raw.get(source) or {}
     target = _target(body.get("target") or {})
-    return MetricSpec(kind, target, resource_name=str(body.get("name", "")) if kind == "Resource" else "")
+    # A ContainerResource metric is a Resource metric whose per-pod values are one container's.
+    is_resource = kind in ("Resource", "ContainerResource")
+    return MetricSpec("Resource" if is_resource else kind, target, resource_name=str(body.get("name", "")) if is_resource else "")
 
 
 def _rules(raw: dict[str, Any] | None, default: ScalingRules) -> ScalingRules:

@@ -161,3 +161,22 @@ def test_it_uses_headroom_defaults_for_queue_depth() -> None:
     assert policy.target_waiting_per_replica == 5.0 and policy.tolerance == 0.1
     assert policy.behavior.scale_up.stabilization_window_s == 0
     assert policy.behavior.scale_down.stabilization_window_s == 300
+
+
+def test_it_reads_container_metrics_and_quantity_strings() -> None:
+    case = {
+        "name": "container cpu as quantities",
+        "currentReplicas": 3,
+        "spec": {
+            "maxReplicas": 10,
+            "metrics": [{"type": "ContainerResource", "containerResource": {"name": "cpu", "container": "app",
+                         "target": {"type": "Utilization", "averageUtilization": 30}}}],
+            "behavior": None,
+        },
+        "pods": [
+            {"name": "a", "cpuRequestMilli": "1", "metrics": ["300m"]},
+            {"name": "b", "cpuRequestMilli": 1000, "metrics": [500]},
+            {"name": "c", "cpuRequestMilli": 1000, "metrics": [700]},
+        ],
+    }
+    assert run_case(case) == {"name": "container cpu as quantities", "replicas": 5}
