@@ -55,6 +55,7 @@ class VllmRequestHandler(BaseHTTPRequestHandler):
     # --- routing ---------------------------------------------------------------------------
     def _dispatch(self, method: str) -> None:
         started = time.monotonic()
+        self.response_bytes = 0
         url = urlsplit(self.path)
         self.query = parse_qs(url.query)
         if not self._wait_while_hung():
@@ -88,7 +89,8 @@ class VllmRequestHandler(BaseHTTPRequestHandler):
         except OSError:  # the client hung up, or the replica is being killed
             self.close_connection = True
         if url.path not in UNTRACKED_PATHS and handler is not None:
-            self.replica.metrics.record_http(url.path, method, status, time.monotonic() - started)
+            self.replica.metrics.record_http(url.path, method, status, time.monotonic() - started,
+                                             int(self.headers.get("Content-Length") or 0), self.response_bytes)
 
     def _wait_while_hung(self) -> bool:
         """A hung replica holds the connection open and never answers (until un-hung)."""
@@ -118,6 +120,7 @@ class VllmRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+        self.response_bytes += len(payload)
 
     def _send_json(self, status: int, payload: Any) -> None:
         self._send_bytes(status, json.dumps(payload).encode(), "application/json")
@@ -132,6 +135,7 @@ class VllmRequestHandler(BaseHTTPRequestHandler):
         data = f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+        self.response_bytes += len(data)
 
     def _end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")

@@ -30,6 +30,8 @@ PARAMS_N_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0)
 PREEMPTION_BUCKETS = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
 
 HTTP_DURATION_BUCKETS = (0.1, 0.5, 1.0)
+HTTP_HIGHR_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5,
+                      5.0, 7.5, 10.0, 30.0, 60.0)
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
@@ -63,6 +65,29 @@ class Histogram:
         self.counts[bisect.bisect_left(self.buckets, value)] += 1
         self.total += value
         self.count += 1
+
+
+@dataclass
+class HttpMetrics:
+    """The HTTP middleware's series; statuses are grouped by class ("2xx") as vLLM's are."""
+
+    requests: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (handler, method, status)
+    durations: dict[tuple[str, str], Histogram] = field(default_factory=dict)  # (handler, method)
+    highr: Histogram = field(default_factory=lambda: Histogram(HTTP_HIGHR_BUCKETS))
+    request_sizes: dict[str, list[float]] = field(default_factory=dict)  # handler -> [count, sum]
+    response_sizes: dict[str, list[float]] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
+
+    def record(self, handler: str, method: str, status: int, duration_s: float, request_bytes: int,
+               response_bytes: int) -> None:
+        key = (handler, method, f"{status // 100}xx")
+        self.requests[key] = self.requests.get(key, 0) + 1
+        self.durations.setdefault((handler, method), Histogram(HTTP_DURATION_BUCKETS)).observe(duration_s)
+        self.highr.observe(duration_s)
+        for sizes, size in ((self.request_sizes, request_bytes), (self.response_sizes, response_bytes)):
+            entry = sizes.setdefault(handler, [0, 0])
+            entry[0] += 1
+            entry[1] += size
 
 
 @dataclass(frozen=True)
@@ -150,9 +175,7 @@ class VllmMetrics:
         self.prefix_cache_queries = 0
         self.success = {reason: 0 for reason in FINISHED_REASONS}
         self.admission_rejections = {"max_num_queued_reqs": 0, "max_num_queued_tokens": 0}
-        # The HTTP middleware's series, keyed (handler, method, status class like "2xx").
-        self.http_requests: dict[tuple[str, str, str], int] = {}
-        self.http_durations: dict[tuple[str, str], Histogram] = {}
+        self.http = HttpMetrics()
 
     def set_load(self, running: int, waiting: int, kv_tokens: int) -> None:
         with self._lock:
@@ -204,12 +227,10 @@ class VllmMetrics:
         with self._lock:
             self.admission_rejections[reason] += 1
 
-    def record_http(self, handler: str, method: str, status: int, duration_s: float) -> None:
+    def record_http(self, handler: str, method: str, status: int, duration_s: float,
+                    request_bytes: int, response_bytes: int) -> None:
         with self._lock:
-            key = (handler, method, f"{status // 100}xx")
-            self.http_requests[key] = self.http_requests.get(key, 0) + 1
-            hist = self.http_durations.setdefault((handler, method), Histogram(HTTP_DURATION_BUCKETS))
-            hist.observe(duration_s)
+            self.http.record(handler, method, status, duration_s, request_bytes, response_bytes)
 
     def render(self) -> str:
         with self._lock:
@@ -262,8 +283,7 @@ class _Writer:
         for labels, _ in series:
             self.sample(f"{name}_created", labels, created)
 
-    def histogram(self, spec: HistogramSpec, labels: dict[str, str], hist: Histogram) -> None:
-        self.family(spec.name, "histogram", spec.help)
+    def buckets(self, spec: HistogramSpec, labels: dict[str, str], hist: Histogram) -> None:
         cumulative = 0
         for bound, count in zip((*spec.buckets, float("inf")), hist.counts):
             cumulative += count
@@ -271,6 +291,10 @@ class _Writer:
             self.sample(f"{spec.name}_bucket", {**labels, "le": le}, cumulative)
         self.sample(f"{spec.name}_count", labels, hist.count)
         self.sample(f"{spec.name}_sum", labels, hist.total)
+
+    def histogram(self, spec: HistogramSpec, labels: dict[str, str], hist: Histogram) -> None:
+        self.family(spec.name, "histogram", spec.help)
+        self.buckets(spec, labels, hist)
         self.family(f"{spec.name}_created", "gauge", spec.help)
         self.sample(f"{spec.name}_created", labels, hist.created)
 
@@ -305,6 +329,13 @@ def render_exposition(metrics: VllmMetrics) -> str:
                 [(base, metrics.prefix_cache_queries)], created)
     out.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                 [(base, 0.0)], created)
+    for cache, what, unit in (("external_prefix_cache", "External prefix cache", "KV connector cross-instance "
+                               "cache sharing, in terms of number of"),
+                              ("mm_cache", "Multi-modal cache", "")):
+        for kind, noun in (("queries", "queried"), ("hits", "cached")):
+            items = "tokens" if cache == "external_prefix_cache" else "items"
+            detail = f" from {unit} {noun} {items}." if unit else f", in terms of number of {noun} {items}."
+            out.counter(f"vllm:{cache}_{kind}", f"{what} {kind}{detail}", [(base, 0.0)], created)
     out.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
                 [(base, 0.0)], created)
     out.counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
@@ -313,6 +344,14 @@ def render_exposition(metrics: VllmMetrics) -> str:
                 [({**base, "source": "local_compute"}, metrics.prompt_tokens),
                  ({**base, "source": "local_cache_hit"}, 0.0),
                  ({**base, "source": "external_kv_transfer"}, 0.0)], created)
+    out.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
+                [(base, 0.0)], created)
+    out.counter("vllm:prompt_tokens_cached_by_source",
+                "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+                "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
+                "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+                [({**base, "source": source}, 0.0) for source in ("device", "host", "p2p", "disk",
+                                                                  "external_unspecified")], created)
     out.counter("vllm:generation_tokens", "Number of generation tokens processed.",
                 [(base, metrics.generation_tokens)], created)
     out.counter("vllm:request_success", "Count of successfully processed requests.",
@@ -334,19 +373,31 @@ def render_exposition(metrics: VllmMetrics) -> str:
 
 def _render_http(out: _Writer, metrics: VllmMetrics, created: float) -> None:
     """The HTTP middleware's families (prometheus-fastapi-instrumentator in real vLLM)."""
+    http = metrics.http
     out.counter("http_requests", "Total number of requests by method, status and handler.",
                 [({"handler": handler, "method": method, "status": status}, count)
-                 for (handler, method, status), count in metrics.http_requests.items()], created)
-    help_text = ("Latency with only few buckets by handler. Made to be only used if aggregation by "
-                 "handler is important. ")
-    out.family("http_request_duration_seconds", "histogram", help_text)
-    spec = HistogramSpec("http_request_duration_seconds", help_text, HTTP_DURATION_BUCKETS)
-    for (handler, method), hist in metrics.http_durations.items():
-        labels = {"handler": handler, "method": method}
-        cumulative = 0
-        for bound, count in zip((*spec.buckets, float("inf")), hist.counts):
-            cumulative += count
-            le = "+Inf" if bound == float("inf") else repr(float(bound))
-            out.sample(f"{spec.name}_bucket", {**labels, "le": le}, cumulative)
-        out.sample(f"{spec.name}_count", labels, hist.count)
-        out.sample(f"{spec.name}_sum", labels, hist.total)
+                 for (handler, method, status), count in http.requests.items()], http.created)
+    for name, sizes, what in (("http_request_size_bytes", http.request_sizes, "Content length of incoming "
+                               "requests by handler. Only value of header is respected. Otherwise ignored. "
+                               "No percentile calculated. "),
+                              ("http_response_size_bytes", http.response_sizes, "Content length of outgoing "
+                               "responses by handler. Only value of header is respected. Otherwise ignored. "
+                               "No percentile calculated. ")):
+        out.family(name, "summary", what)
+        for handler, (count, total) in sizes.items():
+            out.sample(f"{name}_count", {"handler": handler}, count)
+            out.sample(f"{name}_sum", {"handler": handler}, total)
+        out.family(f"{name}_created", "gauge", what)
+        for handler in sizes:
+            out.sample(f"{name}_created", {"handler": handler}, http.created)
+    highr = HistogramSpec("http_request_duration_highr_seconds", "Latency with many buckets but no API "
+                          "specific labels. Made for more accurate percentile calculations. ", HTTP_HIGHR_BUCKETS)
+    out.histogram(highr, {}, http.highr)
+    spec = HistogramSpec("http_request_duration_seconds", "Latency with only few buckets by handler. Made to "
+                         "be only used if aggregation by handler is important. ", HTTP_DURATION_BUCKETS)
+    out.family(spec.name, "histogram", spec.help)
+    for (handler, method), hist in http.durations.items():
+        out.buckets(spec, {"handler": handler, "method": method}, hist)
+    out.family(f"{spec.name}_created", "gauge", spec.help)
+    for handler, method in http.durations:
+        out.sample(f"{spec.name}_created", {"handler": handler, "method": method}, http.created)
