@@ -105,8 +105,8 @@ class Pool(models.Model):
     namespace = models.CharField(max_length=63, validators=k8s_name_validators)
     deployment = models.CharField(max_length=253, validators=k8s_name_validators)
     model_name = models.CharField("served model name", max_length=200)
-    gpu_type = models.CharField(max_length=50)
-    gpus_per_replica = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    gpu_type = models.CharField("GPU type", max_length=50)
+    gpus_per_replica = models.PositiveSmallIntegerField("GPUs per replica", default=1, validators=[MinValueValidator(1)])
     min_replicas = models.PositiveIntegerField(default=1)
     max_replicas = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
     warm_pool_fraction = models.FloatField(
@@ -206,6 +206,14 @@ class SLO(models.Model):
     def __str__(self) -> str:
         unit = " ms" if SloIndicator.is_latency(self.indicator) else ""
         return f"{self.pool}: {self.indicator} ≤ {self.threshold:g}{unit} for {self.objective:.2%}"
+
+    @property
+    def short(self) -> str:
+        """A compact form for tables: 'TTFT p95 ≤ 1000 ms', 'errors ≤ 1 %'."""
+        names = {"e2e_p95": "e2e p95", "e2e_p99": "e2e p99", "ttft_p95": "TTFT p95", "queue_time_p95": "queue p95"}
+        if self.indicator == SloIndicator.ERROR_RATE:
+            return f"errors ≤ {self.threshold * 100:g} %"
+        return f"{names.get(self.indicator, self.indicator)} ≤ {self.threshold:g} ms"
 
     def clean(self) -> None:
         errors = {}

@@ -27,7 +27,7 @@ def test_it_logs_in_with_a_password(alice: User, pool: Pool) -> None:
 def test_the_fleet_lists_visible_pools_with_bounds_slos_and_owner(alice: User, pool: Pool, search_pool: Pool) -> None:
     body = _login(alice).get("/").content.decode()
     assert "chat-8b" in body and "gpu-us-east" in body and "1–8" in body and "ML Platform" in body
-    assert "Time to first token p95 ≤ 1000" in body
+    assert "TTFT p95 ≤ 1000 ms" in body
     assert "rerank" not in body
     # Every htmx request carries the CSRF token.
     assert 'hx-headers=\'{"X-CSRFToken": "' in body
