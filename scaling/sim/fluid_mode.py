@@ -31,16 +31,14 @@ class _Steps:
 
     served_first_try: list[float]  # requests on their first attempt that were served
     backlog_wait_s: list[float]  # wait behind the fluid backlog
-    load: list[float]  # prefill work arriving / prefill capacity
-    servers: list[int]  # ready replicas
+    load: list[float]  # prefill work arriving (smoothed) / prefill capacity
     service_s: list[float]  # mean prefill time of the step's requests
     itl_s: list[float]
 
-    def add(self, served: float, wait: float, load: float, servers: int, service: float, itl: float) -> None:
+    def add(self, served: float, wait: float, load: float, service: float, itl: float) -> None:
         self.served_first_try.append(served)
         self.backlog_wait_s.append(wait)
         self.load.append(load)
-        self.servers.append(servers)
         self.service_s.append(service)
         self.itl_s.append(itl)
 
@@ -56,18 +54,15 @@ LOAD_SMOOTHING_S = 30.0
 RANDOM_LOAD_CAP = 0.9  # above it the fluid backlog term carries the queueing
 
 
-def random_wait(load: np.ndarray, servers: np.ndarray, service_s: np.ndarray, service_scv: float) -> tuple[np.ndarray, np.ndarray]:
+def random_wait(load: np.ndarray, service_s: np.ndarray, service_scv: float) -> tuple[np.ndarray, np.ndarray]:
     """Waits caused by randomness inside a step, which the fluid backlog does not see.
 
-    Sakasegawa's M/G/c approximation, split into the probability of waiting
-    rho^(sqrt(2(c+1)) - 1) and an exponential conditional wait with mean
-    E[S] (1 + cs^2) / 2 / (c (1 - rho)). Returns (probability, conditional mean) per step.
+    Each replica keeps its own FIFO queue, so this is the M/G/1 wait of one replica: it waits
+    with probability rho, then for an exponential time with mean E[S] (1 + cs^2) / 2 / (1 - rho)
+    (their product is Pollaczek-Khinchine's mean wait). Returns (probability, conditional mean).
     """
     rho = np.clip(load, 0.0, RANDOM_LOAD_CAP)
-    c = np.maximum(servers, 1)
-    probability = np.where(servers > 0, rho ** (np.sqrt(2 * (c + 1)) - 1), 0.0)
-    mean = service_s * (1 + service_scv) / 2 / (c * (1 - rho))
-    return probability, mean
+    return rho, service_s * (1 + service_scv) / 2 / (1 - rho)
 
 
 def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progress: ProgressFn | None = None) -> SimResult:
@@ -99,8 +94,8 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     decode_done = [0.0] * (horizon + 2)  # sequences finishing decode at each step
     retry_in: dict[int, list[tuple[int, float]]] = {}  # step -> [(attempt, requests)]
     leaves_queue = [0.0] * (horizon + 2)  # requests that gave up waiting, leaving at each step
-    steps = _Steps([], [], [], [], [], [])
-    backlog_s = waiting = decoding = 0.0
+    steps = _Steps([], [], [], [], [])
+    backlog_s = waiting = decoding = prefilling = 0.0
     abandoning = 0.0  # requests in the queue that will give up (their work is not in backlog_s)
     rejected = timed_out = retries = 0.0
     tick_sent = tick_work = 0.0
@@ -126,7 +121,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
             busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
             observation = Observation(
                 now, ready, len(replicas.starting), replicas.desired_count, max(0.0, waiting),
-                max(0.0, decoding), min(1.0, busy), tick_sent / tick_s,
+                max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s,
             )
             samples.append(observation)
             tail_s = mean_output * itl_by_batch[min(slots, int(decoding / ready) + 1)] if ready else 0.0
@@ -141,7 +136,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
             cohorts.append((attempt, count, count * mean_prefill_s, count * mean_output))
         arriving = sum(c[1] for c in cohorts)
         if not arriving and backlog_s <= 0.0 and decoding <= 0.0:
-            steps.add(0.0, 0.0, 0.0, ready, 0.0, 0.0)
+            steps.add(0.0, 0.0, 0.0, 0.0, 0.0)
             t += 1
             continue
         work = sum(c[2] for c in cohorts)
@@ -178,7 +173,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         else:
             served_first_try = cohorts[0][1] if cohorts and cohorts[0][0] == 0 else 0.0
         smoothed_work += (work - smoothed_work) * smoothing
-        steps.add(served_first_try, wait, smoothed_work / capacity if ready else 0.0, ready, work / arriving if arriving else 0.0, itl)
+        steps.add(served_first_try, wait, smoothed_work / capacity if ready else 0.0, work / arriving if arriving else 0.0, itl)
 
         backlog_s += work
         served_work = min(backlog_s, capacity)
@@ -191,9 +186,12 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         backlog_s -= served_work
         waiting -= started_n
         decoding += started_n
-        if started_n > 0:
-            finish = t + 1 + int(itl * mean_output / step_s)
-            decode_done[min(finish, horizon)] += started_n
+        prefilling = served_work / step_s  # busy prefill servers, i.e. requests in their prefill
+        if started_n > 0:  # they leave decode after their decode time, split over two steps
+            decode_steps = itl * mean_output / step_s
+            finish, late_share = t + 1 + int(decode_steps), decode_steps - int(decode_steps)
+            decode_done[min(finish, horizon)] += started_n * (1 - late_share)
+            decode_done[min(finish + 1, horizon)] += started_n * late_share
         if progress is not None and not t % 65536 and time.perf_counter() - last_report > 2.0:
             progress(now, n_steps * step_s)
             last_report = time.perf_counter()
@@ -237,7 +235,7 @@ def _score(
     backlog_wait = np.array(steps.backlog_wait_s)[active]
     itl = np.array(steps.itl_s)[active]
     scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
-    probability, mean = random_wait(np.array(steps.load)[active], np.array(steps.servers)[active], np.array(steps.service_s)[active], scv)
+    probability, mean = random_wait(np.array(steps.load)[active], np.array(steps.service_s)[active], scv)
     # Each step's requests: TTFT_POINTS quantiles of the random wait, each paired with a
     # prompt-length quantile (a fixed shuffle, so the two are sampled independently).
     levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
