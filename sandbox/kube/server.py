@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from sandbox.httpserver import QuietHTTPServer
-from sandbox.kube import resources
+from sandbox.kube import resources, tables
 from sandbox.kube.errors import ApiError
 from sandbox.kube.patch import PatchError, json_patch, merge_patch
 from sandbox.kube.resources import ResourceType
@@ -224,12 +224,18 @@ class _Handler(BaseHTTPRequestHandler):
                 route.resource, route.namespace, query.get("labelSelector"), query.get("fieldSelector"))
         except ValueError as error:
             raise ApiError(400, str(error)) from None
+        if tables.wants_table(self.headers.get("Accept")):
+            return tables.table(route.resource, items, version)
         return {"kind": f"{route.resource.kind}List", "apiVersion": route.resource.api_version,
                 "metadata": {"resourceVersion": version}, "items": items}
 
     def _get(self, route: Route) -> Object:
         obj = self.server.api.store.get(route.resource, route.namespace or "", route.name or "")
-        return to_scale(obj) if route.subresource == "scale" else obj
+        if route.subresource == "scale":
+            return to_scale(obj)
+        if not route.subresource and tables.wants_table(self.headers.get("Accept")):
+            return tables.table(route.resource, [obj], obj["metadata"]["resourceVersion"])
+        return obj
 
     def _patcher(self, resource: ResourceType, body: bytes) -> Callable[[Object], Object]:
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()

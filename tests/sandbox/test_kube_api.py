@@ -170,6 +170,7 @@ def test_it_works_with_kubectl(cluster: SandboxCluster, tmp_path) -> None:
         return done.stdout
 
     assert kubectl("get", "deployments", "-o", "name").split() == ["deployment.apps/chat", "deployment.apps/chat-small"]
+    assert kubectl("get", "deployments").split("\n")[0].split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
     kubectl("scale", "deployment/chat", "--replicas=2")
     assert json.loads(kubectl("get", "deployment", "chat", "-o", "json"))["spec"]["replicas"] == 2
     assert "sandbox-route" in kubectl("get", "httproutes", "-o", "name")
