@@ -69,6 +69,7 @@ class Engine:
         self._step: _Step | None = None
         self._time = clock.now()  # the engine's own model time, up to which it has replayed
         self._paused = False
+        self._paused_at = 0.0
         self._stopped = False
         self._thread: threading.Thread | None = None
 
@@ -92,13 +93,22 @@ class Engine:
     def pause(self) -> None:
         """Stop scheduling (sleep mode, a hung engine); requests keep queueing."""
         with self._cond:
+            if self._paused:
+                return
             self._advance(self.clock.now())
             self._paused = True
+            self._paused_at = self.clock.now()
 
     def resume(self) -> None:
+        """Carry on where the engine stopped: the step in progress ends as late as the pause lasted."""
         with self._cond:
+            if not self._paused:
+                return
+            paused_for = self.clock.now() - self._paused_at
+            self._time += paused_for
+            if self._step is not None:
+                self._step.start += paused_for
             self._paused = False
-            self._time = max(self._time, self.clock.now())
             self._cond.notify_all()
 
     # --- requests --------------------------------------------------------------------------

@@ -15,10 +15,9 @@ MODEL = "tiny-llama"
 
 
 def _sample(text: str, series: str) -> float:
+    """The value of the first sample of `series` (a metric name) in an exposition."""
     for line in text.splitlines():
-        if line.startswith(series + " ") or line.startswith(series + "{"):
-            if series + "{" in line and "{" not in series:
-                pass
+        if line.split("{", 1)[0].split(" ", 1)[0] == series:
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{series} not in /metrics")
 
@@ -123,6 +122,22 @@ def test_it_sleeps_and_wakes_through_the_dev_endpoints(fleet: Fleet, small_profi
         requests.post(url + "/wake_up", timeout=2)
         assert pending.result().status_code == 200
     assert requests.get(url + "/is_sleeping", timeout=2).json() == {"is_sleeping": False}
+
+
+def test_it_holds_running_requests_while_asleep(fleet: Fleet, small_profile) -> None:
+    replica = fleet.add_replica(MODEL, profile=small_profile)
+    replica.wait_ready(timeout=5)
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        pending = pool.submit(requests.post, replica.base_url + "/v1/completions", timeout=10,
+                              json={"model": MODEL, "prompt": "a", "max_tokens": 20})  # 0.4 s awake
+        time.sleep(0.1)
+        replica.sleep(0)
+        time.sleep(0.5)
+        replica.wake_up()
+        assert pending.result().status_code == 200
+        assert time.monotonic() - started >= 0.85
+    assert _metric(replica.base_url, "vllm:e2e_request_latency_seconds_sum") >= 0.85
 
 
 def test_it_injects_errors_slowness_hangs_and_death(fleet: Fleet, small_profile) -> None:
