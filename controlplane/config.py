@@ -34,6 +34,46 @@ class GpuPrice:
     spot_usd_per_hour: float | None = None
 
 
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """Who may approve what, and what is approved without a person (per pool)."""
+
+    expiry_minutes: int = 10
+    # Scale-ups adding at least this many replicas need a second person (no self-approval); None: off.
+    two_person_min_delta: int | None = None
+    auto_approve_off_hours: bool = True
+    auto_approve_reactive: bool = True
+    # Reactive scale-ups are auto-approved only up to this many added replicas (the guardrail).
+    reactive_max_step: int = 4
+
+
+def parse_approval_policy(raw: Any) -> ApprovalPolicy:
+    if raw in (None, ""):
+        return ApprovalPolicy()
+    if not isinstance(raw, dict):
+        raise ValueError("must be an object, e.g. {\"expiry_minutes\": 10, \"two_person_min_delta\": 8}")
+    defaults = ApprovalPolicy()
+    unknown = set(raw) - set(defaults.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        expected = type(getattr(defaults, key))
+        if key == "two_person_min_delta" and value is None:
+            values[key] = None
+        elif expected is bool or key.startswith("auto_"):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key} must be true or false")
+            values[key] = value
+        else:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be a whole number >= 1")
+            values[key] = value
+    if values.get("expiry_minutes", defaults.expiry_minutes) > 24 * 60:
+        raise ValueError("expiry_minutes must be at most 1440 (a day)")
+    return ApprovalPolicy(**values)
+
+
 def parse_time_zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)

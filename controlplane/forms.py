@@ -31,7 +31,7 @@ class ScopedModelForm(forms.ModelForm):
             if queryset.model is Team:
                 admin_teams = services.visible_team_ids(user, min_role=Role.ADMIN)
                 field.queryset = queryset if admin_teams is None else queryset.filter(id__in=admin_teams)
-            elif queryset.model in permissions.TEAM_LOOKUPS:
+            elif permissions.team_lookups(queryset.model):
                 field.queryset = permissions.scoped(queryset, user)
 
 
@@ -51,7 +51,7 @@ class PoolForm(ScopedModelForm):
             "cluster", "name", "team", "namespace", "deployment", "model_name", "gpu_type",
             "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
             "target_queue_per_replica", "scaling_target", "scaled_object", "route_name", "route_backend",
-            "fallback_pool", "priority",
+            "fallback_pool", "priority", "approval_policy",
         ]
 
 

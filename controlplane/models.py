@@ -1,6 +1,8 @@
 """Core inventory: teams and their members, clusters, pools, SLOs, schedules; API tokens; audit log."""
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -27,6 +29,8 @@ k8s_name_validators = [
 
 
 class Team(models.Model):
+
+    team_lookups = ("id",)  # who owns it (see controlplane.permissions)
     name = models.CharField(max_length=100, unique=True)
     slug = models.SlugField(max_length=100, unique=True)
 
@@ -52,6 +56,8 @@ class Membership(models.Model):
 
 
 class Cluster(models.Model):
+
+    team_lookups = ("team", "pools__team")  # who owns it (see controlplane.permissions)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="clusters")
     name = models.CharField(max_length=63, unique=True, validators=k8s_name_validators)
     region = models.CharField(max_length=64, blank=True)
@@ -88,6 +94,10 @@ class Cluster(models.Model):
             raise ValidationError(errors)
 
     @property
+    def tz(self) -> ZoneInfo:
+        return config.parse_time_zone(self.time_zone)
+
+    @property
     def off_hours_windows(self) -> list[config.OffHoursWindow]:
         return config.parse_off_hours(self.off_hours)
 
@@ -98,6 +108,8 @@ class Cluster(models.Model):
 
 class Pool(models.Model):
     """One vLLM deployment serving one model in one cluster."""
+
+    team_lookups = ("team",)  # who owns it (see controlplane.permissions)
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pools")
@@ -127,6 +139,11 @@ class Pool(models.Model):
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="fallback_for"
     )
     priority = models.CharField(max_length=16, choices=PriorityTier.choices, default=PriorityTier.STANDARD)
+    approval_policy = models.JSONField(
+        default=dict, blank=True,
+        help_text='Overrides of {"expiry_minutes": 10, "two_person_min_delta": null, "auto_approve_off_hours": true, '
+                  '"auto_approve_reactive": true, "reactive_max_step": 4}',
+    )
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -168,18 +185,24 @@ class Pool(models.Model):
                 errors["fallback_pool"] = "A pool cannot be its own fallback."
             elif self.cluster_id is not None and self.fallback_pool.cluster_id != self.cluster_id:
                 errors["fallback_pool"] = "The fallback pool must be in the same cluster."
+        try:
+            config.parse_approval_policy(self.approval_policy)
+        except ValueError as exc:
+            errors["approval_policy"] = str(exc)
         if self.scaling_target == ScalingTarget.KEDA and not self.scaled_object:
             errors["scaled_object"] = "Name the KEDA ScaledObject when the pool is scaled through KEDA."
         if errors:
             raise ValidationError(errors)
 
     @property
-    def gpus_at_max(self) -> int:
-        return self.max_replicas * self.gpus_per_replica
+    def approval(self) -> config.ApprovalPolicy:
+        return config.parse_approval_policy(self.approval_policy)
 
 
 class SLO(models.Model):
     """A service-level objective: `objective` of requests must meet `threshold` over `window_days`."""
+
+    team_lookups = ("pool__team",)  # who owns it (see controlplane.permissions)
 
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="slos")
     indicator = models.CharField(max_length=32, choices=SloIndicator.choices)
@@ -229,6 +252,8 @@ class SLO(models.Model):
 
 class ScheduleWindow(models.Model):
     """A recurring known peak: pre-scale by `prescale_factor` before it starts."""
+
+    team_lookups = ("pool__team",)  # who owns it (see controlplane.permissions)
 
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="schedules")
     name = models.CharField(max_length=100)
@@ -299,6 +324,8 @@ class AuditEventQuerySet(models.QuerySet):
 
 class AuditEvent(models.Model):
     """Append-only record of every action: who, through which channel, on what, before and after."""
+
+    team_lookups = ("team",)  # who owns it (see controlplane.permissions)
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)

@@ -11,17 +11,12 @@ from rest_framework import permissions
 
 from controlplane import services
 from controlplane.choices import Role
-from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow, Team
+from controlplane.models import Team
 
-# Paths from each model to the team(s) that own it; an object is visible through any of them.
-TEAM_LOOKUPS: dict[type[models.Model], tuple[str, ...]] = {
-    Team: ("id",),
-    Cluster: ("team", "pools__team"),
-    Pool: ("team",),
-    SLO: ("pool__team",),
-    ScheduleWindow: ("pool__team",),
-    AuditEvent: ("team",),
-}
+
+def team_lookups(model: type[models.Model]) -> tuple[str, ...]:
+    """Paths from a model to the team(s) that own it (its `team_lookups`); () if it has no team."""
+    return getattr(model, "team_lookups", ())
 
 
 def scoped(queryset: models.QuerySet, user) -> models.QuerySet:  # noqa: ANN001
@@ -29,7 +24,7 @@ def scoped(queryset: models.QuerySet, user) -> models.QuerySet:  # noqa: ANN001
     team_ids = services.visible_team_ids(user)
     if team_ids is None:
         return queryset
-    lookups = TEAM_LOOKUPS[queryset.model]
+    lookups = team_lookups(queryset.model)
     condition = Q()
     for lookup in lookups:
         condition |= Q(**{f"{lookup}__in": team_ids})
@@ -42,7 +37,7 @@ def owning_team(obj: models.Model) -> Team | None:
     if isinstance(obj, Team):
         return obj
     current = obj
-    for attribute in TEAM_LOOKUPS[type(obj)][0].split("__"):
+    for attribute in team_lookups(type(obj))[0].split("__"):
         current = getattr(current, attribute, None)
     return current
 

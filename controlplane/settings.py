@@ -172,6 +172,12 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)
 KUBERNETES_ENABLED = env_bool("KUBERNETES_ENABLED", False)
+KUBERNETES_TIMEOUT_S = env_int("KUBERNETES_TIMEOUT_S", 10, minimum=1)
+# An execution not finished by then is resumed by the next tick (the worker is presumed dead).
+EXECUTION_LEASE_S = env_int("EXECUTION_LEASE_S", 120, minimum=10)
+# Give up tracking replicas to Ready after this long (the proposal fails with the reason).
+READY_TIMEOUT_S = env_int("READY_TIMEOUT_S", 900, minimum=60)
+EXECUTION_MAX_ATTEMPTS = env_int("EXECUTION_MAX_ATTEMPTS", 5, minimum=1)
 SLACK_ENABLED = env_bool("SLACK_ENABLED", False)
 SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET", "")
 if SLACK_ENABLED and not SLACK_SIGNING_SECRET:

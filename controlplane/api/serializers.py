@@ -17,7 +17,7 @@ class ScopedModelSerializer(serializers.ModelSerializer):
         for field in fields.values():
             target = getattr(field, "child_relation", field)
             queryset = getattr(target, "queryset", None)
-            if request is not None and queryset is not None and queryset.model in permissions.TEAM_LOOKUPS:
+            if request is not None and queryset is not None and permissions.team_lookups(queryset.model):
                 target.queryset = permissions.scoped(queryset, request.user)
         return fields
 
@@ -89,7 +89,7 @@ class PoolSerializer(ScopedModelSerializer):
             "id", "name", "cluster", "cluster_name", "team", "namespace", "deployment", "model_name",
             "gpu_type", "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
             "target_queue_per_replica", "cold_start_p50_s", "cold_start_p95_s", "scaling_target",
-            "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "slos",
+            "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "slos",
         ]
 
 

@@ -7,6 +7,8 @@ spec.replicas of an autoscaled Deployment would be undone by its HPA.
 """
 from __future__ import annotations
 
+import json
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -20,8 +22,6 @@ MERGE_PATCH = "application/merge-patch+json"
 
 def _api_message(exc: ApiException) -> str:
     """The Status message the API server sent, else the HTTP reason."""
-    import json
-
     try:
         return json.loads(exc.body or "{}").get("message") or exc.reason or str(exc.status)
     except (ValueError, AttributeError):

@@ -1,0 +1,119 @@
+"""Capacity proposals, their event history, and measured cold starts."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from controlplane.choices import Channel
+from controlplane.models import Pool
+from scaling.choices import ProposalKind, ProposalState
+
+
+class Proposal(models.Model):
+    """A change of a pool's replicas, from proposal through approval to ready capacity."""
+
+    team_lookups = ("pool__team",)  # who owns it (see controlplane.permissions)
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="proposals")
+    kind = models.CharField(max_length=16, choices=ProposalKind.choices)
+    state = models.CharField(max_length=16, choices=ProposalState.choices, default=ProposalState.PENDING)
+    current_replicas = models.PositiveIntegerField(help_text="Replicas when proposed (desired, as the cluster said).")
+    target_replicas = models.PositiveIntegerField()
+    reasons = models.JSONField(default=list, blank=True, help_text="[{code, detail}] from the planner or a person.")
+    signals = models.JSONField(default=dict, blank=True, help_text="The signal snapshot that justified it.")
+    evidence = models.JSONField(default=dict, blank=True, help_text="Forecast and capacity series for the chart.")
+    idempotency_key = models.CharField(max_length=100, unique=True)
+
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    requested_channel = models.CharField(max_length=16, choices=Channel.choices)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decided_channel = models.CharField(max_length=16, choices=Channel.choices, blank=True)
+    decision_comment = models.TextField(blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    execution_started_at = models.DateTimeField(null=True, blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster accepted the new replicas.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # A worker holds an execution until this time; past it, the next tick may resume it.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    measured_cold_start_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # At most one proposal per pool waits for approval; a newer one supersedes it.
+            models.UniqueConstraint(
+                fields=["pool"], condition=Q(state=ProposalState.PENDING), name="proposal_one_pending_per_pool"
+            ),
+            models.CheckConstraint(condition=~Q(current_replicas=models.F("target_replicas")) | Q(kind="manual"),
+                                   name="proposal_changes_something"),
+        ]
+        indexes = [models.Index(fields=["state", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.pool}: {self.current_replicas} → {self.target_replicas} ({self.state})"
+
+    @property
+    def delta(self) -> int:
+        return self.target_replicas - self.current_replicas
+
+    @property
+    def cost_per_hour_usd(self) -> float | None:
+        """Extra (or saved) on-demand GPU cost per hour of the change, from the cluster's prices."""
+        price = self.pool.cluster.prices.get(self.pool.gpu_type)
+        if price is None:
+            return None
+        return self.delta * self.pool.gpus_per_replica * price.on_demand_usd_per_hour
+
+
+class ProposalEvent(models.Model):
+    """One transition of a proposal (or a note on it): the timeline, and the notification outbox."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    actor_name = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    comment = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.proposal_id}: {self.from_state or '∅'} → {self.to_state} by {self.actor_name}"
+
+
+class ColdStart(models.Model):
+    """One measured cold start: from the cluster accepting a scale-up to the replicas being Ready."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="cold_starts")
+    proposal = models.OneToOneField(Proposal, on_delete=models.SET_NULL, null=True, related_name="cold_start")
+    seconds = models.FloatField()
+    measured_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-measured_at"]
+
+
+class PoolStatus(models.Model):
+    """The last replica counts read from the cluster: what the UI shows and proposals start from."""
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="status", primary_key=True)
+    desired_replicas = models.PositiveIntegerField()
+    ready_replicas = models.PositiveIntegerField()
+    observed_at = models.DateTimeField()
+
+    @property
+    def arriving_replicas(self) -> int:
+        return max(0, self.desired_replicas - self.ready_replicas)
