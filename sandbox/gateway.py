@@ -27,14 +27,14 @@ HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"
 class Gateway:
     def __init__(self, cluster: SandboxCluster, host: str = "127.0.0.1", port: int = 0) -> None:
         self.cluster = cluster
+        self.host = host
         self._httpd = _Server((host, port), _Handler)
         self._httpd.gateway = self
         self._random = random.Random()
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self.host}:{self._httpd.server_port}"
 
     def start(self) -> Gateway:
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sandbox.traffic import TraceRequest, load_trace_file
@@ -28,7 +28,7 @@ def _tokens(chooser: random.Random, median: int, sigma: float, cap: int) -> int:
     return max(1, min(cap, int(chooser.lognormvariate(math.log(median), sigma))))
 
 
-def poisson(rate_at: callable, seed: int = 0) -> Iterator[TraceRequest]:  # type: ignore[valid-type]
+def poisson(rate_at: Callable[[float], float], seed: int = 0) -> Iterator[TraceRequest]:
     """Arrivals of a Poisson process whose rate (req/s) may change with time (thinning)."""
     chooser = random.Random(seed)
     peak = max(rate_at(t) for t in range(0, int(SURGE_PERIOD_S), 10)) or 1e-9

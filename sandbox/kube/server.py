@@ -83,6 +83,7 @@ class KubeApiServer:
         self.store = store
         self.faults = KubeFaults()
         self.pod_fault_hook: PodFaultHook | None = None
+        self.host = host
         self._httpd = _Server((host, port), _Handler)
         self._httpd.api = self
         self._thread: threading.Thread | None = None
@@ -90,8 +91,7 @@ class KubeApiServer:
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self.host}:{self._httpd.server_port}"
 
     def start(self) -> KubeApiServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
@@ -203,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         raise ApiError(405, f"the server does not allow this method on {route.resource.key}")
 
     def _discovery(self, parts: list[str]) -> Any:
-        address = "%s:%s" % self.server.server_address[:2]
+        address = f"{self.server.api.host}:{self.server.server_port}"
         if parts == ["version"]:
             return resources.version_info()
         if parts == ["api"]:

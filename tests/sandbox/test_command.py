@@ -34,6 +34,7 @@ def sandbox_process() -> Iterator[subprocess.Popen[str]]:
 
 
 def test_it_starts_everything_and_stops_on_sigterm(sandbox_process: subprocess.Popen[str]) -> None:
+    assert sandbox_process.stdout is not None and sandbox_process.stderr is not None
     first_line = sandbox_process.stdout.readline()
     assert first_line, sandbox_process.stderr.read()
     described = json.loads(first_line)

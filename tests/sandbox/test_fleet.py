@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import requests
@@ -143,7 +144,8 @@ def test_it_holds_running_requests_while_asleep(fleet: Fleet, small_profile) -> 
 def test_it_injects_errors_slowness_hangs_and_death(fleet: Fleet, small_profile) -> None:
     replica = fleet.add_replica(MODEL, profile=small_profile)
     replica.wait_ready(timeout=5)
-    url, body = replica.base_url, {"model": MODEL, "prompt": "a", "max_tokens": 1}
+    url = replica.base_url
+    body: dict[str, Any] = {"model": MODEL, "prompt": "a", "max_tokens": 1}
 
     replica.faults.error_rate = 1.0
     assert requests.post(url + "/v1/completions", json=body, timeout=5).status_code == 500

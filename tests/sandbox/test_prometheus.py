@@ -1,6 +1,7 @@
 """A real Prometheus (Debian's binary) scraping the vLLM emulator through file service discovery."""
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 
@@ -14,7 +15,7 @@ from sandbox.replica import wait_until
 
 pytestmark = [
     pytest.mark.prometheus,
-    pytest.mark.skipif(shutil.which("prometheus") is None and not shutil.os.path.exists("/usr/bin/prometheus"),
+    pytest.mark.skipif(shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"),
                        reason="Debian's prometheus package is not installed (apt-get install -y prometheus)"),
 ]
 MODEL = "tiny-llama"
