@@ -35,19 +35,6 @@ class _Steps:
     service_s: list[float]  # mean prefill time of the step's requests
     itl_s: list[float]
 
-    def add(self, served: float, wait: float, load: float, service: float, itl: float) -> None:
-        self.served_first_try.append(served)
-        self.backlog_wait_s.append(wait)
-        self.load.append(load)
-        self.service_s.append(service)
-        self.itl_s.append(itl)
-
-
-def mean_backlog(start: float, slope: float, step_s: float) -> float:
-    """Time-average of max(0, start + slope * s) for s in [0, step_s]."""
-    if slope >= 0 or start + slope * step_s >= 0:
-        return max(0.0, start + slope * step_s / 2)
-    return start * (start / -slope) / (2 * step_s)
 
 
 LOAD_SMOOTHING_S = 30.0
@@ -88,13 +75,14 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
 
     replicas.start_warm(clamp(policy.decide(0.0, Observation(0.0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0), policy_state)))
 
-    requests_in = bins.requests.tolist()
-    work_in = (bins.prompt_tokens / profile.prefill_tokens_per_s).tolist()
-    output_in = bins.output_tokens.tolist()
+    requests_in = bins.requests.tolist() + [0.0] * (horizon - n_steps + 2)
+    work_in = (bins.prompt_tokens / profile.prefill_tokens_per_s).tolist() + [0.0] * (horizon - n_steps + 2)
     decode_done = [0.0] * (horizon + 2)  # sequences finishing decode at each step
     retry_in: dict[int, list[tuple[int, float]]] = {}  # step -> [(attempt, requests)]
     leaves_queue = [0.0] * (horizon + 2)  # requests that gave up waiting, leaving at each step
-    steps = _Steps([], [], [], [], [])
+    clients_act = timeout < math.inf or config.queue_limit is not None
+    # Per-step outcomes, preallocated: the loop below runs a million times for two weeks at 1 s.
+    served_first_try, backlog_wait, load, service, itl_at = ([0.0] * (horizon + 1) for _ in range(5))
     backlog_s = waiting = decoding = prefilling = 0.0
     abandoning = 0.0  # requests in the queue that will give up (their work is not in backlog_s)
     rejected = timed_out = retries = 0.0
@@ -103,84 +91,95 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     samples: list[Observation] = []
     smoothed_work = 0.0  # prefill work per step, averaged over LOAD_SMOOTHING_S: the load the random waits see
     smoothing = min(1.0, step_s / LOAD_SMOOTHING_S)
+    decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
+    ready = replicas.ready_count
     last_report = time.perf_counter()
 
+    next_control_step = 0
     t = 0
-    while t < n_steps or backlog_s > 1e-9 or decoding > 1e-9 or retry_in:
-        if t >= horizon:
+    for t in range(horizon):
+        if t >= n_steps and backlog_s <= 1e-9 and decoding <= 1e-9 and not retry_in:
             break
-        now = t * step_s
-        if next_ready <= now:
-            replicas.promote_due(now)
-            next_ready = replicas.next_ready_at()
-        ready = replicas.ready_count
-        abandoning -= leaves_queue[t]
-        waiting -= leaves_queue[t]
         decoding -= decode_done[t]
-        if now >= next_tick:
-            busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
-            observation = Observation(
-                now, ready, len(replicas.starting), replicas.desired_count, max(0.0, waiting),
-                max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s,
-            )
-            samples.append(observation)
-            tail_s = mean_output * itl_by_batch[min(slots, int(decoding / ready) + 1)] if ready else 0.0
-            replicas.scale_to(clamp(policy.decide(now, observation, policy_state)), now, lambda _: now + tail_s)
+        if t >= next_control_step:
+            now = t * step_s
+            if now >= next_ready:
+                replicas.promote_due(now)
+                ready = replicas.ready_count
+            if now >= next_tick:
+                busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
+                observation = Observation(
+                    now, replicas.ready_count, len(replicas.starting), replicas.desired_count, max(0.0, waiting),
+                    max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s,
+                )
+                samples.append(observation)
+                tail_s = decode_steps_by_batch[min(slots, int(decoding / ready) + 1) if ready else 1] * step_s
+                replicas.scale_to(clamp(policy.decide(now, observation, policy_state)), now, lambda _: now + tail_s)
+                tick_sent = tick_work = 0.0
+                next_tick += tick_s
             next_ready = replicas.next_ready_at()
             ready = replicas.ready_count
-            tick_sent = tick_work = 0.0
-            next_tick += tick_s
+            next_control_step = math.ceil(min(next_tick, next_ready) / step_s - 1e-9)
 
-        cohorts = [(0, requests_in[t], work_in[t], output_in[t])] if t < n_steps else []
-        for attempt, count in retry_in.pop(t, ()):
-            cohorts.append((attempt, count, count * mean_prefill_s, count * mean_output))
-        arriving = sum(c[1] for c in cohorts)
-        if not arriving and backlog_s <= 0.0 and decoding <= 0.0:
-            steps.add(0.0, 0.0, 0.0, 0.0, 0.0)
-            t += 1
+        arriving, work = requests_in[t], work_in[t]
+        if arriving == 0.0 and backlog_s <= 0.0 and decoding <= 0.0 and not retry_in:
             continue
-        work = sum(c[2] for c in cohorts)
-        if config.queue_limit is not None and waiting + arriving > config.queue_limit:
-            keep = max(0.0, config.queue_limit - waiting) / arriving
-            for attempt, count, _, _ in cohorts:
-                retries_here = _schedule_retries(retry_in, client, t, step_s, attempt, count * (1 - keep))
-                retries += retries_here
-                rejected += count * (1 - keep) - retries_here
-            cohorts = [(a, c * keep, w * keep, o * keep) for a, c, w, o in cohorts]
-            arriving, work = arriving * keep, work * keep
+        capacity = ready * step_s
+        if ready:  # mean backlog over the step: work arrives at a constant rate, `ready` GPUs drain it
+            slope = work / step_s - ready
+            if slope >= 0 or backlog_s + slope * step_s >= 0:
+                wait = max(0.0, backlog_s + slope * step_s / 2) / ready
+            else:
+                wait = backlog_s * backlog_s / (-slope) / (2 * step_s) / ready
+            batch = int(decoding / ready) + 1
+            itl = itl_by_batch[batch if batch < slots else slots]
+        else:
+            wait, itl = next_ready - t * step_s + backlog_s, itl_by_batch[1]
+        first_try = arriving
+        if clients_act or retry_in:
+            abandoning -= leaves_queue[t]
+            waiting -= leaves_queue[t]
+            cohorts = [(0, arriving, work)]
+            for attempt, count in retry_in.pop(t, ()):
+                cohorts.append((attempt, count, count * mean_prefill_s))
+            arriving, work = sum(c[1] for c in cohorts), sum(c[2] for c in cohorts)
+            if config.queue_limit is not None and arriving > 0 and waiting + arriving > config.queue_limit:
+                keep = max(0.0, config.queue_limit - waiting) / arriving
+                for attempt, count, _ in cohorts:
+                    retries_here = _schedule_retries(retry_in, client, t, step_s, attempt, count * (1 - keep))
+                    retries += retries_here
+                    rejected += count * (1 - keep) - retries_here
+                first_try, arriving, work = first_try * keep, arriving * keep, work * keep
+            if wait + mean_prefill_s + itl * mean_output > timeout:
+                # Everyone arriving now gives up; those still queued then never use the GPU.
+                give_up_step = min(t + max(1, int(timeout / step_s)), horizon)
+                if wait > timeout:
+                    abandoning += arriving
+                    leaves_queue[give_up_step] += arriving
+                    work = 0.0
+                share = arriving / max(1e-12, sum(c[1] for c in cohorts))
+                for attempt, count, _ in cohorts:
+                    retries_here = _schedule_retries(retry_in, client, give_up_step, step_s, attempt, count * share)
+                    retries += retries_here
+                    timed_out += count * share - retries_here
+                first_try = 0.0
         tick_sent += arriving
         tick_work += work
-
-        capacity = ready * step_s
-        if ready:
-            wait = mean_backlog(backlog_s, work / step_s - ready, step_s) / ready
-        else:
-            wait = next_ready - now + backlog_s
-        itl = itl_by_batch[min(slots, int(decoding / ready) + 1)] if ready else itl_by_batch[1]
-        expected_e2e = wait + mean_prefill_s + itl * mean_output
         waiting += arriving
-        if expected_e2e > timeout:  # everyone arriving now gives up; those still queued never use the GPU
-            give_up_step = t + max(1, int(timeout / step_s))
-            if wait > timeout:
-                abandoning += arriving
-                leaves_queue[min(give_up_step, horizon)] += arriving
-                work = 0.0
-            for attempt, count, _, _ in cohorts:
-                retries_here = _schedule_retries(retry_in, client, give_up_step, step_s, attempt, count)
-                retries += retries_here
-                timed_out += count - retries_here
-            served_first_try = 0.0
-        else:
-            served_first_try = cohorts[0][1] if cohorts and cohorts[0][0] == 0 else 0.0
         smoothed_work += (work - smoothed_work) * smoothing
-        steps.add(served_first_try, wait, smoothed_work / capacity if ready else 0.0, work / arriving if arriving else 0.0, itl)
+        served_first_try[t] = first_try
+        backlog_wait[t] = wait
+        load[t] = smoothed_work / capacity if ready else 0.0
+        service[t] = work / arriving if arriving else 0.0
+        itl_at[t] = itl
 
         backlog_s += work
-        served_work = min(backlog_s, capacity)
-        queued = max(waiting - abandoning, 0.0)
+        served_work = backlog_s if backlog_s < capacity else capacity
+        queued = waiting - abandoning if waiting > abandoning else 0.0
         started_n = queued * (served_work / backlog_s) if backlog_s > 0 else queued
-        free_slots = max(0.0, ready * slots - decoding)
+        free_slots = ready * slots - decoding
         if started_n > free_slots:  # batch slots, not prefill, are the limit this step
+            free_slots = max(0.0, free_slots)
             served_work *= free_slots / started_n
             started_n = free_slots
         backlog_s -= served_work
@@ -189,14 +188,17 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         prefilling = served_work / step_s  # busy prefill servers, i.e. requests in their prefill
         if started_n > 0:  # they leave decode after their decode time, split over two steps
             decode_steps = itl * mean_output / step_s
-            finish, late_share = t + 1 + int(decode_steps), decode_steps - int(decode_steps)
-            decode_done[min(finish, horizon)] += started_n * (1 - late_share)
-            decode_done[min(finish + 1, horizon)] += started_n * late_share
-        if progress is not None and not t % 65536 and time.perf_counter() - last_report > 2.0:
-            progress(now, n_steps * step_s)
+            whole = int(decode_steps)
+            finish = t + 1 + whole if t + 2 + whole <= horizon else horizon - 1
+            decode_done[finish] += started_n * (1 + whole - decode_steps)
+            decode_done[finish + 1] += started_n * (decode_steps - whole)
+        if progress is not None and not t & 0xFFFF and time.perf_counter() - last_report > 2.0:
+            progress(t * step_s, n_steps * step_s)
             last_report = time.perf_counter()
-        t += 1
+    else:
+        t = horizon
 
+    steps = _Steps(served_first_try[:t], backlog_wait[:t], load[:t], service[:t], itl_at[:t])
     end_s = max(t, n_steps) * step_s
     return _score(policy.name, config, workload, steps, prompt_sample, output_sample, timed_out, rejected, retries,
                   replicas, end_s, samples, started)

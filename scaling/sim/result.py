@@ -24,13 +24,19 @@ class Percentiles:
         return cls(round(p50 * 1000, 1), round(p95 * 1000, 1), round(p99 * 1000, 1))
 
 
+QUANTILE_RESOLUTION = 0.001  # weighted quantiles are exact to 0.1 % (log-spaced buckets)
+
+
 def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights: np.ndarray | None = None) -> list[float]:
     if weights is None:
         return [float(q) for q in np.quantile(values, quantiles)]
-    order = np.argsort(values)
-    cumulative = np.cumsum(weights[order])
+    # Fluid mode weighs millions of points: bucket them on a log scale instead of sorting.
+    floor = 1e-6
+    step = np.log1p(QUANTILE_RESOLUTION)
+    index = np.floor(np.log(np.maximum(values, floor) / floor) / step).astype(np.int64)
+    cumulative = np.cumsum(np.bincount(index, weights=weights))
     positions = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
-    return [float(values[order][min(p, len(values) - 1)]) for p in positions]
+    return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
 
 
 @dataclass
