@@ -62,10 +62,16 @@ def test_it_polls_the_queue_every_30_s():
     assert policy.decide(30.0, observe(ready=2, queue=100.0, now=30.0), state) == 6
 
 
-def test_it_names_known_policies_and_keeps_a_slot_for_headroom():
+def test_it_names_known_policies_when_one_is_unknown():
     with pytest.raises(KeyError, match="keda-queue"):
-        build_policy("headroom", PolicyContext(None, SimConfig(), lambda policy: None))  # type: ignore[arg-type]
+        build_policy("no-such-policy", PolicyContext(None, SimConfig(), lambda policy: None))  # type: ignore[arg-type]
     assert {"static", "hpa-util", "keda-queue", "oracle"} <= set(POLICIES)
+
+
+def test_it_registers_new_policies_through_the_same_interface(monkeypatch):
+    monkeypatch.setitem(POLICIES, "always-two", lambda context: StaticPolicy(2))
+    policy = build_policy("always-two", PolicyContext(None, SimConfig(), lambda policy: None))  # type: ignore[arg-type]
+    assert policy.decide(0.0, observe(), policy.new_state()) == 2
 
 
 @pytest.mark.parametrize("trace_name", ["AzureLLMInferenceTrace_code.csv", "AzureLLMInferenceTrace_conv.csv"])
