@@ -7,6 +7,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def to_wall(self, model_seconds: float) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -27,3 +34,16 @@ class ModelClock:
 
     def sleep(self, model_seconds: float) -> None:
         time.sleep(max(0.0, self.to_wall(model_seconds)))
+
+
+@dataclass
+class ManualClock:
+    """A clock that only moves when told to: for replaying an engine offline (history backfill)."""
+
+    t: float = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def to_wall(self, model_seconds: float) -> float:
+        return 0.0

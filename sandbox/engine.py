@@ -10,6 +10,7 @@ clock costs no more CPU than a slow one.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 from collections import deque
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from scaling.sim.profiles import PoolProfile, inter_token_seconds, prefill_seconds
 
-from sandbox.clock import ModelClock
+from sandbox.clock import Clock
 from sandbox.vllm_metrics import FinishedRequest, VllmMetrics
 
 MIN_TICK_S = 0.005  # wall seconds; below this the thread would only burn CPU
@@ -51,6 +52,7 @@ class _Step:
     duration: float
     new_prompt_tokens: int
     decoding: int  # requests that already had their first token
+    steps: int = 1  # engine iterations merged into this one (decode only, see _quiet_steps)
 
     @property
     def end(self) -> float:
@@ -58,7 +60,7 @@ class _Step:
 
 
 class Engine:
-    def __init__(self, profile: PoolProfile, metrics: VllmMetrics, clock: ModelClock) -> None:
+    def __init__(self, profile: PoolProfile, metrics: VllmMetrics, clock: Clock) -> None:
         self.profile = profile
         self.metrics = metrics
         self.clock = clock
@@ -134,6 +136,11 @@ class Engine:
             self._finish(request, "abort", max(self._time, request.arrival))
             self._publish_load()
 
+    def advance_to(self, until: float) -> None:
+        """Replay the engine up to model time `until` (offline use, with a ManualClock and no thread)."""
+        with self._cond:
+            self._advance(until)
+
     @property
     def in_flight(self) -> int:
         with self._cond:
@@ -167,20 +174,31 @@ class Engine:
 
     def _begin_step(self, until: float) -> _Step | None:
         if not self._running:
-            arrived = [r for r in self._waiting if r.arrival <= until]
-            if not arrived:
+            if not self._waiting or self._waiting[0].arrival > until:
                 return None
-            self._time = max(self._time, arrived[0].arrival)
+            self._time = max(self._time, self._waiting[0].arrival)
         admitted = self._admit()
         if not self._running:
             return None
         batch = len(self._running)
-        new_prompt = sum(r.prompt_tokens for r in admitted)
         if admitted:
-            duration = prefill_seconds(self.profile, new_prompt, batch_size=batch)
-        else:
-            duration = inter_token_seconds(self.profile, batch)
-        return _Step(self._time, duration * self.slowdown, new_prompt, batch - len(admitted))
+            new_prompt = sum(r.prompt_tokens for r in admitted)
+            duration = prefill_seconds(self.profile, new_prompt, batch_size=batch) * self.slowdown
+            return _Step(self._time, duration, new_prompt, batch - len(admitted))
+        step_s = inter_token_seconds(self.profile, batch) * self.slowdown
+        steps = self._quiet_steps(step_s, until)
+        return _Step(self._time, step_s * steps, 0, batch, steps)
+
+    def _quiet_steps(self, step_s: float, until: float) -> int:
+        """Decode steps that can run as one: the batch stays the same until a request finishes or
+        a waiting one can join, and only steps that have already ended (by `until`) are merged."""
+        steps = min(r.max_tokens - r.generated for r in self._running)
+        steps = min(steps, int((until - self._time) / step_s + 1e-9))
+        if self._waiting and len(self._running) < self.profile.max_num_seqs:
+            arrival = self._waiting[0].arrival
+            if arrival > self._time:
+                steps = min(steps, math.ceil((arrival - self._time) / step_s))
+        return max(1, steps)
 
     def _admit(self) -> list[EngineRequest]:
         admitted: list[EngineRequest] = []
@@ -202,7 +220,7 @@ class Engine:
         self._time = step.end
         still_running: list[EngineRequest] = []
         for request in self._running:
-            request.generated += 1
+            request.generated += step.steps
             if request.first_token is None:
                 request.first_token = step.end
             if request.generated >= request.max_tokens:
@@ -213,9 +231,10 @@ class Engine:
         self.metrics.record_step(
             step_tokens=step.new_prompt_tokens + len(self._running),
             new_prompt_tokens=step.new_prompt_tokens,
-            generated=len(self._running),
-            inter_token_s=step.duration,
+            generated=len(self._running) * step.steps,
+            inter_token_s=step.duration / step.steps,
             decoding_requests=step.decoding,
+            steps=step.steps,
         )
         self._running = still_running
 

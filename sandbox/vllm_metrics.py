@@ -61,10 +61,10 @@ class Histogram:
     def __post_init__(self) -> None:
         self.counts = [0] * (len(self.buckets) + 1)
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.total += value
-        self.count += 1
+    def observe(self, value: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += times
+        self.total += value * times
+        self.count += times
 
 
 @dataclass
@@ -188,16 +188,16 @@ class VllmMetrics:
             self.sleep_level = level
 
     def record_step(self, step_tokens: int, new_prompt_tokens: int, generated: int,
-                    inter_token_s: float, decoding_requests: int) -> None:
-        """One engine step: tokens scheduled, prompt tokens prefilled, tokens generated."""
+                    inter_token_s: float, decoding_requests: int, steps: int = 1) -> None:
+        """`steps` engine steps alike: tokens scheduled per step, prompt tokens prefilled, tokens
+        generated in all, and the inter-token latency each decoding request saw per step."""
         with self._lock:
-            self.histograms["vllm:iteration_tokens_total"].observe(step_tokens)
+            self.histograms["vllm:iteration_tokens_total"].observe(step_tokens, steps)
             self.prompt_tokens += new_prompt_tokens
             self.prefix_cache_queries += new_prompt_tokens
             self.generation_tokens += generated
-            itl = self.histograms["vllm:inter_token_latency_seconds"]
-            for _ in range(decoding_requests):
-                itl.observe(inter_token_s)
+            if decoding_requests:
+                self.histograms["vllm:inter_token_latency_seconds"].observe(inter_token_s, decoding_requests * steps)
 
     def record_finished(self, done: FinishedRequest) -> None:
         with self._lock:
