@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.choices import Channel, Role
+from controlplane.errors import ServiceError
 from controlplane.models import Pool
 from scaling.choices import ProposalKind, ProposalState, can_move
 from scaling.drivers.cluster import ClusterDriver, DriverError
@@ -26,7 +27,7 @@ from scaling.models import ColdStart, PoolStatus, Proposal, ProposalEvent
 COLD_START_SAMPLES = 20  # the pool's p50/p95 come from this many latest measurements
 
 
-class ProposalError(Exception):
+class ProposalError(ServiceError):
     """Base of the errors a caller turns into an answer (400, 403, 409)."""
 
 
@@ -35,15 +36,23 @@ class InvalidProposal(ProposalError):
         super().__init__(message)
         self.field = field
 
+    def payload(self) -> dict[str, Any]:
+        return {self.field: [str(self)]}
+
 
 class ProposalForbidden(ProposalError):
-    pass
+    status_code = 403
 
 
 class ProposalConflict(ProposalError):
+    status_code = 409
+
     def __init__(self, proposal: Proposal, message: str) -> None:
         super().__init__(message)
         self.proposal = proposal
+
+    def payload(self) -> dict[str, Any]:
+        return {"detail": str(self), "state": self.proposal.state, "id": self.proposal.pk}
 
 
 def _event(proposal: Proposal, source: str, actor: core.Actor, comment: str = "", **data: Any) -> None:
@@ -170,15 +179,19 @@ def approve(proposal_id: int, actor: core.Actor, comment: str = "", now: datetim
     with transaction.atomic():
         proposal = _locked(proposal_id)
         _check_may_decide(proposal, actor)
-        if proposal.state == ProposalState.PENDING and proposal.expires_at <= now:
+        expired = proposal.state == ProposalState.PENDING and proposal.expires_at <= now
+        if expired:
+            # Recorded (committed) before refusing, so the next reader sees it expired too.
             _transition(proposal, ProposalState.EXPIRED, core.Actor(None, Channel.AUTO), "expired before approval")
-            raise ProposalConflict(proposal, f"Proposal #{proposal.pk} expired at {proposal.expires_at:%H:%M:%S} UTC.")
-        if proposal.state != ProposalState.PENDING:
+        elif proposal.state != ProposalState.PENDING:
             raise ProposalConflict(proposal, f"Proposal #{proposal.pk} is already {proposal.state}.")
-        proposal.decided_by, proposal.decided_channel = actor.user, actor.channel
-        proposal.decided_at, proposal.decision_comment = now, comment
-        _transition(proposal, ProposalState.APPROVED, actor, comment)
-        transaction.on_commit(lambda: _enqueue_execution(proposal.pk))
+        else:
+            proposal.decided_by, proposal.decided_channel = actor.user, actor.channel
+            proposal.decided_at, proposal.decision_comment = now, comment
+            _transition(proposal, ProposalState.APPROVED, actor, comment)
+            transaction.on_commit(lambda: _enqueue_execution(proposal.pk))
+    if expired:
+        raise ProposalConflict(proposal, f"Proposal #{proposal.pk} expired at {proposal.expires_at:%H:%M:%S} UTC.")
     return proposal
 
 

@@ -9,8 +9,12 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from controlplane.errors import ServiceError
+
 
 def exception_handler(exc, context):  # noqa: ANN001, ANN201
+    if isinstance(exc, ServiceError):
+        return Response(exc.payload(), status=exc.status_code)
     if isinstance(exc, DjangoValidationError):
         return Response(as_serializer_error(exc), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, (ProtectedError, RestrictedError)):

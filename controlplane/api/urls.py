@@ -1,6 +1,7 @@
 from rest_framework.routers import DefaultRouter
 
 from controlplane.api import views
+from scaling.api import urls as scaling_urls
 
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet)
@@ -11,4 +12,4 @@ router.register("schedules", views.ScheduleWindowViewSet)
 router.register("audit", views.AuditEventViewSet)
 router.register("tokens", views.ApiTokenViewSet, basename="apitoken")
 
-urlpatterns = router.urls
+urlpatterns = router.urls + scaling_urls.urlpatterns

@@ -9,6 +9,7 @@ from typing import Callable
 
 from scaling.sim.config import SimConfig
 from scaling.sim.policies.base import Observation, Policy
+from scaling.sim.policies.headroom import build_headroom
 from scaling.sim.policies.hpa_util import HpaUtilPolicy
 from scaling.sim.policies.keda_queue import KedaQueuePolicy
 from scaling.sim.policies.oracle import OracleDemand, OraclePolicy
@@ -87,6 +88,7 @@ POLICIES: dict[str, Callable[[PolicyContext], Policy]] = {
     "hpa-util": _hpa_util,
     "keda-queue": _keda_queue,
     "oracle": _oracle,
+    "headroom": build_headroom,
 }
 
 

@@ -1,0 +1,205 @@
+"""Prometheus `SignalSource`: one batched PromQL query per signal per cluster.
+
+All the PromQL Headroom sends lives in `QUERIES` below, written against vLLM's metric names
+(`../shared/reference/vllm-interface.md`) with three placeholders:
+`{by}` the pool labels (`LabelMapping.pool_labels`), `{sel}` extra matchers (`LabelMapping.selector`),
+`{w}` the rate window. Every query groups by the pool labels, so a cluster with 200 pools costs the
+same queries as one with a single pool.
+
+Ages. Prometheus stamps an instant query's answer with the evaluation time, not the scrape time,
+so the source also asks, once per source family, for the oldest scrape time per pool
+(`timestamp()` of a gauge) and gives every reading of that family the age "evaluation time minus
+that scrape". Readings older than 90 s, empty answers, NaN (`histogram_quantile` of no requests,
+0/0 rates), HTTP or PromQL errors, timeouts and an unreachable server are all **unknown**.
+
+Replica counts: `ready_replicas` is the number of replicas exporting vLLM metrics (vLLM only
+listens once the model is loaded, so this is "Ready and model-loaded"). Arriving and desired
+replicas come from the Kubernetes driver, which reads the Deployment itself; they are left
+missing here.
+
+No hidden retries: the HTTP client is built with retries off and an explicit timeout, and a
+failed query is reported in `SignalRead.errors`, not repeated.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from scaling.drivers.signals import PoolSelector, SignalRead
+from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading
+
+# --- the PromQL -------------------------------------------------------------------------------
+# A pool's live replicas: any vLLM gauge, grouped by the pool labels (and the replica label).
+_LIVE = "vllm:num_requests_running{{{sel}}}"
+# Joins a per-pod series to its pool's labels (times 1: the vLLM side only lends its labels).
+_POD_JOIN = " * on ({join}) group_left({carry}) (max by ({join}{by_comma}) (" + _LIVE + ") * 0 + 1)"
+# A counter that may have no series at all (no errors yet) reads 0 for pools that are alive.
+_OR_ZERO = " or (max by ({by}) (" + _LIVE + ") * 0)"
+
+
+def _quantile(metric: str, q: float) -> str:
+    return f"histogram_quantile({q}, sum by ({{by}}, le) (rate({metric}_bucket{{{{{{sel}}}}}}[{{w}}])))"
+
+
+def _http_5xx() -> str:
+    return "sum by ({by}) (rate(http_requests_total{{handler=~\"/v1/.*\",status=~\"5..\"}}[{w}])" + _POD_JOIN + ")"
+
+
+QUERIES: dict[str, str] = {
+    # gauges
+    "queue_depth": "sum by ({by}) (vllm:num_requests_waiting{{{sel}}})",
+    "running_requests": "sum by ({by}) (vllm:num_requests_running{{{sel}}})",
+    "kv_cache_usage": "avg by ({by}) (vllm:kv_cache_usage_perc{{{sel}}})",
+    "ready_replicas": "count by ({by}) (" + _LIVE + ")",
+    # latency percentiles over the rate window
+    "e2e_p95_s": _quantile("vllm:e2e_request_latency_seconds", 0.95),
+    "e2e_p99_s": _quantile("vllm:e2e_request_latency_seconds", 0.99),
+    "ttft_p95_s": _quantile("vllm:time_to_first_token_seconds", 0.95),
+    "ttft_p99_s": _quantile("vllm:time_to_first_token_seconds", 0.99),
+    "queue_time_p95_s": _quantile("vllm:request_queue_time_seconds", 0.95),
+    "queue_time_p99_s": _quantile("vllm:request_queue_time_seconds", 0.99),
+    # rates
+    "request_rate_rps": "sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{w}]))",
+    "prompt_tokens_rate": "sum by ({by}) (rate(vllm:prompt_tokens_total{{{sel}}}[{w}]))",
+    "generation_tokens_rate": "sum by ({by}) (rate(vllm:generation_tokens_total{{{sel}}}[{w}]))",
+    # errors: requests vLLM finished with an error plus HTTP 5xx answers on the API, over both;
+    # NaN (unknown) when the pool served nothing in the window.
+    "error_rate": (
+        "((sum by ({by}) (rate(vllm:request_success_total{{finished_reason=\"error\",{sel}}}[{w}]))" + _OR_ZERO + ")"
+        " + (" + _http_5xx() + _OR_ZERO + "))"
+        " / ((sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{w}]))" + _OR_ZERO + ")"
+        " + (" + _http_5xx() + _OR_ZERO + "))"
+    ),
+    "prefix_cache_hit_rate": (
+        "sum by ({by}) (rate(vllm:prefix_cache_hits_total{{{sel}}}[{w}]))"
+        " / sum by ({by}) (rate(vllm:prefix_cache_queries_total{{{sel}}}[{w}]))"
+    ),
+    # DCGM exports per GPU with the pod using it; joined to the pool through the pod. 0-100 -> 0-1.
+    "gpu_utilization": "avg by ({by}) (DCGM_FI_DEV_GPU_UTIL" + _POD_JOIN + ") / 100",
+}
+# Per replica: the queue of each ready replica (the HPA core's per-pod metric).
+WAITING_PER_REPLICA = "sum by ({by}, {replica}) (vllm:num_requests_waiting{{{sel}}})"
+# Freshness: the oldest last-scrape time per pool, for each source family.
+FRESHNESS = {
+    "vllm": "min by ({by}) (timestamp(vllm:num_requests_running{{{sel}}}))",
+    "dcgm": "min by ({by}) (timestamp(DCGM_FI_DEV_GPU_UTIL)" + _POD_JOIN + ")",
+}
+SOURCE_OF = {"gpu_utilization": "dcgm"}  # every other signal comes from vLLM's /metrics
+
+
+@dataclass(frozen=True)
+class LabelMapping:
+    """Which labels identify a pool in the scraped series, and how replicas are told apart."""
+
+    pool_labels: tuple[str, ...] = ("model_name",)  # add "namespace" when a model runs in several
+    replica_label: str = "pod"
+    join_labels: tuple[str, ...] = ("namespace", "pod")  # DCGM and HTTP series -> vLLM series
+    selector: str = ""  # extra matchers for every vLLM series, e.g. 'job="vllm"'
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    url: str
+    labels: LabelMapping = field(default_factory=LabelMapping)
+    timeout_s: float = 5.0  # per query, both the HTTP client's and Prometheus' own
+    rate_window: str = "1m"
+
+
+def render(template: str, labels: LabelMapping, window: str) -> str:
+    """One query with its placeholders filled in."""
+    carry = [label for label in labels.pool_labels if label not in labels.join_labels]
+    body = template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window,
+                           replica=labels.replica_label, join=", ".join(labels.join_labels),
+                           carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry))
+    return body
+
+
+class PrometheusSignalSource:
+    """`SignalSource` on one cluster's Prometheus (design.md §6)."""
+
+    def __init__(self, config: PrometheusConfig, client: PrometheusConnect | None = None) -> None:
+        self.config = config
+        # Retries off: a failed read is reported and the planner holds; the next tick reads again.
+        self.client = client or PrometheusConnect(url=config.url, retry=Retry(total=0, raise_on_status=False),
+                                                  timeout=config.timeout_s)  # type: ignore[arg-type]
+
+    def read(self, pools: Sequence[PoolSelector], at_s: float | None = None) -> SignalRead:
+        """Every pool's signals; `at_s` evaluates at that time instead of Prometheus' now."""
+        labels, window = self.config.labels, self.config.rate_window
+        errors: dict[str, str] = {}
+        keys = {self._key(pool.labels): pool.name for pool in pools}
+
+        def run(name: str, template: str) -> list[dict[str, Any]]:
+            try:
+                return self._query(render(template, labels, window), at_s)
+            except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError) as error:
+                errors[name] = f"{type(error).__name__}: {error}"[:300]
+                return []
+
+        fresh = {family: self._by_pool(run(f"freshness:{family}", q), keys) for family, q in FRESHNESS.items()}
+        readings: dict[str, dict[str, Reading]] = {pool.name: {} for pool in pools}
+        for signal, template in QUERIES.items():
+            scraped_at = fresh[SOURCE_OF.get(signal, "vllm")]
+            for pool_name, (value, evaluated_at) in self._by_pool(run(signal, template), keys).items():
+                readings[pool_name][signal] = _reading(value, evaluated_at, scraped_at.get(pool_name))
+        waiting: dict[str, list[Reading]] = {pool.name: [] for pool in pools}
+        for series in run("waiting_per_replica", WAITING_PER_REPLICA):
+            pool_name = keys.get(self._key(series["metric"]))
+            if pool_name is not None:
+                value, evaluated_at = _sample(series)
+                waiting[pool_name].append(_reading(value, evaluated_at, fresh["vllm"].get(pool_name)))
+        signals = {
+            pool.name: replace(PoolSignals(pool=pool.name, waiting_per_ready_replica=tuple(waiting[pool.name])),
+                               **readings[pool.name])  # type: ignore[arg-type]
+            for pool in pools
+        }
+        return SignalRead(signals, errors)
+
+    # -------------------------------------------------------------------------------------
+    def _query(self, promql: str, at_s: float | None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"timeout": f"{self.config.timeout_s:g}s"}
+        if at_s is not None:
+            params["time"] = f"{at_s:.3f}"
+        result = self.client.custom_query(promql, params=params, timeout=self.config.timeout_s)
+        if not isinstance(result, list):
+            raise ValueError(f"expected an instant vector, got {type(result).__name__}")
+        return result
+
+    def _key(self, labels: Any) -> tuple[str, ...]:
+        return tuple(str(labels.get(label, "")) for label in self.config.labels.pool_labels)
+
+    def _by_pool(self, result: list[dict[str, Any]], keys: dict[tuple[str, ...], str]) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for series in result:
+            pool_name = keys.get(self._key(series.get("metric", {})))
+            if pool_name is not None:
+                out[pool_name] = _sample(series)
+        return out
+
+
+def _sample(series: dict[str, Any]) -> tuple[float, float]:
+    evaluated_at, raw = series["value"]
+    return float(raw), float(evaluated_at)  # float() reads "NaN", "+Inf"
+
+
+def _reading(value: float, evaluated_at: float, scraped_at: tuple[float, float] | None) -> Reading:
+    """A value aged by its pool's oldest scrape; without a scrape time the age is unknown."""
+    if scraped_at is None or not math.isfinite(scraped_at[0]):
+        return Reading(value=value if math.isfinite(value) else None, age_s=None)
+    age = max(0.0, evaluated_at - scraped_at[0])
+    return Reading(value=value if math.isfinite(value) else None, age_s=age)
+
+
+def wall_clock_s() -> float:
+    return time.time()
+
+
+__all__ = ["QUERIES", "FRESHNESS", "WAITING_PER_REPLICA", "LabelMapping", "PrometheusConfig",
+           "PrometheusSignalSource", "render", "STALE_AFTER_S"]

@@ -1,0 +1,463 @@
+"""The Headroom planner: how many replicas a pool needs now, and why (design.md §6).
+
+`plan(inputs, pool, state)` is pure. The target is the largest of four terms:
+
+1. *reactive*: the HPA-conformant core on queue depth per ready replica (`queue_depth.py`);
+2. *predictive*: the p90 request-rate forecast at now + cold-start p95 + decision delay, divided
+   by the per-replica capacity at the SLO (the pool profile's, corrected online by observed
+   latency against the latency the profile expects at that load);
+3. *scheduled*: known windows, pre-scaled by their factor one lead time before they start;
+4. *warm floor*: the warm-pool fraction of the expected peak, never below min replicas;
+
+then the guardrails: a scale-down stabilization window and rate limits in both directions, then
+min/max replicas. Capacity counts ready replicas only; replicas still starting are credited at
+their expected ready time. When the key signals are unknown the planner holds (never scales
+down); after 60 s it falls back to the schedule and the last known good target, and at 90 s it
+raises the staleness alert. The >= 3x-in-30-minutes pre-scale proposal is one more output.
+
+Every `Decision` carries its reason codes and the numbers behind each term; `PlannerState` is the
+part that must survive a restart (`to_dict`/`from_dict`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scaling.engine.hpa_spec import HpaState
+from scaling.engine.queue_depth import QueueDepthPolicy, decide_on_queue_depth
+from scaling.engine.signals import PoolSignals, Reading
+
+# Reason codes (stable strings: the UI and the audit log key on them).
+REACTIVE = "ReactiveQueueDepth"
+PREDICTIVE = "PredictiveForecast"
+SCHEDULED = "ScheduledWindow"
+WARM_FLOOR = "WarmFloor"
+LAST_GOOD = "LastKnownGoodTarget"
+HELD = "HoldCurrent"
+QUEUE_UNKNOWN = "QueueDepthUnknown"
+FORECAST_UNKNOWN = "ForecastUnknown"
+SIGNALS_UNKNOWN = "SignalsUnknownHold"
+SIGNALS_FALLBACK = "SignalsUnknownFallback"
+STALENESS_ALERT = "StalenessAlert"
+REPLICAS_UNKNOWN = "ReplicaCountsUnknown"
+STABILIZED_DOWN = "ScaleDownStabilized"
+RATE_LIMITED_UP = "ScaleUpRateLimited"
+RATE_LIMITED_DOWN = "ScaleDownRateLimited"
+CAPPED_MAX = "CappedByMaxReplicas"
+RAISED_MIN = "RaisedToMinReplicas"
+PRESCALE = "PreScaleProposed"
+PRESCALE_HOLD = "PreScaleApproved"
+CAPACITY_CORRECTED = "CapacityCorrectedByLatency"
+
+
+@dataclass(frozen=True)
+class ScheduleWindow:
+    """One occurrence of a known peak, in the planner's clock (the caller expands recurring windows)."""
+
+    start_s: float
+    end_s: float
+    prescale_factor: float = 0.4  # +40 %
+    expected_rps: float | None = None  # None: the input's expected peak
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A pool's planning profile and guardrails."""
+
+    capacity_rps_per_replica: float  # requests/s one ready replica serves within the SLO (pool profile)
+    min_replicas: int = 1
+    max_replicas: int = 64
+    slo_latency_s: float = 1.0  # the objective the capacity is stated at
+    unloaded_latency_s: float = 0.2  # the profile's latency with no queue
+    slo_signal: str = "ttft_p95_s"  # the PoolSignals field compared with the expected latency
+    cold_start_p95_s: float = 90.0
+    decision_delay_s: float = 30.0  # a tick, approval and the API call before a replica is requested
+    warm_pool_fraction: float = 0.4
+    queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
+    # Guardrails on the combined target.
+    scale_up_pods: int = 4  # per period: max(+pods, +percent), like the HPA default
+    scale_up_percent: float = 100.0
+    scale_up_period_s: float = 15.0
+    scale_down_window_s: float = 300.0  # a removed GPU replica costs a cold start to get back
+    scale_down_pods: int = 1  # per period: max(-pods, -percent); the HPA default after the window
+    scale_down_percent: float = 100.0
+    scale_down_period_s: float = 15.0
+    # Unknown signals.
+    hold_after_unknown_s: float = 60.0
+    stale_alert_after_s: float = 90.0
+    # Pre-scaling protocol.
+    prescale_ratio: float = 3.0
+    prescale_horizon_s: float = 1800.0
+    prescale_buffer: float = 0.5
+    # Online capacity correction (multiplicative, bounded; only learned under real load).
+    correction_min: float = 0.5
+    correction_max: float = 1.5
+    correction_gain: float = 0.1
+    correction_min_load: float = 0.5  # share of stated capacity in use before latency says anything
+
+    @property
+    def lead_s(self) -> float:
+        """How far ahead a replica requested now becomes capacity."""
+        return self.cold_start_p95_s + self.decision_delay_s
+
+
+@dataclass(frozen=True)
+class ForecastPoint:
+    """A request-rate forecast for one horizon (`scaling.engine.forecast.Forecast` fits)."""
+
+    horizon_s: float
+    expected_rps: float
+    p90_rps: float
+
+    @property
+    def usable(self) -> bool:
+        return math.isfinite(self.expected_rps) and math.isfinite(self.p90_rps) and self.p90_rps >= 0
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    now_s: float
+    signals: PoolSignals
+    arriving_ready_in_s: tuple[float, ...] = ()  # per starting replica: seconds until expected Ready
+    forecast_lead: ForecastPoint | None = None  # at now + pool.lead_s
+    forecast_peak: ForecastPoint | None = None  # the largest forecast within pool.prescale_horizon_s
+    windows: tuple[ScheduleWindow, ...] = ()
+    approved_floor: int = 0  # an approved pre-scale the caller is holding (replicas), 0 for none
+    recent_peak_rps: float | None = None  # highest observed rate over the last prescale horizon
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str  # a reason code
+    replicas: int | None  # None: the term has no opinion (its inputs are unknown)
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreScaleProposal:
+    target_replicas: int
+    current_rps: float
+    forecast_peak_rps: float
+    ratio: float
+    warm_pool_replicas: int
+    horizon_s: float
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    """What the planner remembers between ticks; persist it (to_dict) so a restart resumes."""
+
+    hpa: HpaState = field(default_factory=HpaState)
+    last_known_at_s: float | None = None  # when the key signals were last known
+    last_good_target: int | None = None  # the last target decided on known signals
+    recommendations: tuple[tuple[float, int], ...] = ()  # (at, raw target) inside the scale-down window
+    scale_events: tuple[tuple[float, int], ...] = ()  # (at, replica change) inside the rate periods
+    capacity_correction: float = 1.0
+    last_prescale_at_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hpa": self.hpa.to_dict(),
+            "last_known_at_s": self.last_known_at_s,
+            "last_good_target": self.last_good_target,
+            "recommendations": [list(r) for r in self.recommendations],
+            "scale_events": [list(e) for e in self.scale_events],
+            "capacity_correction": self.capacity_correction,
+            "last_prescale_at_s": self.last_prescale_at_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlannerState:
+        return cls(
+            hpa=HpaState.from_dict(data.get("hpa", {})),
+            last_known_at_s=data.get("last_known_at_s"),
+            last_good_target=data.get("last_good_target"),
+            recommendations=tuple((float(t), int(r)) for t, r in data.get("recommendations", [])),
+            scale_events=tuple((float(t), int(c)) for t, c in data.get("scale_events", [])),
+            capacity_correction=float(data.get("capacity_correction", 1.0)),
+            last_prescale_at_s=data.get("last_prescale_at_s"),
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    target_replicas: int | None  # None: nothing is known, not even the current count; do nothing
+    current_replicas: int | None
+    ready_replicas: int | None
+    arriving_replicas: int
+    terms: tuple[Term, ...]
+    binding: str  # the term that set the target, or the guardrail that moved it last
+    reasons: tuple[str, ...]
+    hold: bool  # signals unknown: the target is never below the current count
+    signals_unknown_for_s: float
+    staleness_alert: bool
+    capacity_per_replica_rps: float
+    prescale: PreScaleProposal | None
+    state: PlannerState
+
+    def term(self, name: str) -> Term | None:
+        return next((t for t in self.terms if t.name == name), None)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _count(reading: Reading) -> int | None:
+    return max(0, int(round(reading.value))) if reading.is_known else None  # type: ignore[arg-type]
+
+
+def _replicas_for(rate_rps: float, capacity_rps: float) -> int:
+    return max(0, math.ceil(rate_rps / capacity_rps - 1e-9))
+
+
+def _waiting_per_ready(signals: PoolSignals, ready: int | None) -> list[float | None]:
+    per_replica = signals.waiting_values()
+    if any(v is not None for v in per_replica):
+        return per_replica
+    if signals.queue_depth.is_known and ready:
+        # Only the pool total is known: spread it evenly (the HPA averages anyway).
+        return [float(signals.queue_depth.value) / ready] * ready  # type: ignore[arg-type]
+    return []
+
+
+def expected_latency_s(pool: PoolPlan, load: float) -> float:
+    """The profile's latency at `load` (share of stated capacity in use): linear up to the SLO."""
+    return pool.unloaded_latency_s + (pool.slo_latency_s - pool.unloaded_latency_s) * min(max(load, 0.0), 1.0)
+
+
+def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals, ready: int | None) -> tuple[float, str | None]:
+    """Move the capacity correction toward expected/observed latency, when the load says anything."""
+    observed = signals.readings().get(pool.slo_signal)
+    rate = signals.request_rate_rps
+    if observed is None or not (observed.is_known and rate.is_known and ready):
+        return state.capacity_correction, None
+    stated = pool.capacity_rps_per_replica * ready
+    load = float(rate.value) / stated  # type: ignore[arg-type]
+    latency = float(observed.value)  # type: ignore[arg-type]
+    over_slo = latency > pool.slo_latency_s
+    if latency <= 0 or (load < pool.correction_min_load and not over_slo):
+        return state.capacity_correction, None
+    ratio = min(max(expected_latency_s(pool, load * state.capacity_correction) / latency, 0.5), 2.0)
+    step = ratio**pool.correction_gain
+    updated = min(max(state.capacity_correction * step, pool.correction_min), pool.correction_max)
+    return updated, CAPACITY_CORRECTED if abs(updated - state.capacity_correction) > 1e-9 else None
+
+
+# ---------------------------------------------------------------------------- terms
+
+
+def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None) -> tuple[Term, HpaState]:
+    waiting = _waiting_per_ready(inputs.signals, ready)
+    policy = replace(pool.queue, min_replicas=pool.min_replicas, max_replicas=pool.max_replicas)
+    outcome = decide_on_queue_depth(waiting, len(inputs.arriving_ready_in_s), current, state.hpa, inputs.now_s, policy)
+    known = [v for v in waiting if v is not None]
+    numbers = {"waiting_total": float(sum(known)), "ready_with_queue": float(len(known)),
+               "target_waiting_per_replica": policy.target_waiting_per_replica}
+    if outcome.metric_recommendation is None:
+        return Term(REACTIVE, None, numbers), outcome.state
+    # The term is the metric's own demand; stabilization and rate limits apply once, to the
+    # combined target (the core's stabilized value would echo the other terms back as "current").
+    numbers["hpa_stabilized"] = float(outcome.desired_replicas) if outcome.desired_replicas is not None else math.nan
+    replicas = min(max(outcome.metric_recommendation, pool.min_replicas), pool.max_replicas)
+    return Term(REACTIVE, replicas, numbers), outcome.state
+
+
+def predictive_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, ready: int | None) -> Term:
+    forecast = inputs.forecast_lead
+    if forecast is None or not forecast.usable:
+        return Term(PREDICTIVE, None, {"lead_s": pool.lead_s})
+    credited = sum(1 for ready_in in inputs.arriving_ready_in_s if ready_in <= pool.lead_s)
+    planned_rps = forecast.p90_rps
+    if inputs.recent_peak_rps is not None and math.isfinite(inputs.recent_peak_rps):
+        # An upper band past both the expected value and anything seen lately is the forecast's
+        # uncertainty about on/off traffic, not evidence of load: plan for the recent peak.
+        planned_rps = min(planned_rps, max(forecast.expected_rps, inputs.recent_peak_rps))
+    return Term(PREDICTIVE, _replicas_for(planned_rps, capacity_rps), {
+        "p90_rps": forecast.p90_rps, "planned_rps": planned_rps, "expected_rps": forecast.expected_rps,
+        "recent_peak_rps": inputs.recent_peak_rps if inputs.recent_peak_rps is not None else math.nan,
+        "horizon_s": forecast.horizon_s,
+        "lead_s": pool.lead_s, "capacity_rps_per_replica": capacity_rps,
+        "ready_replicas": float(ready or 0), "arriving_ready_by_lead": float(credited),
+    })
+
+
+def expected_peak_rps(inputs: PlanInput) -> float | None:
+    points = [p for p in (inputs.forecast_lead, inputs.forecast_peak) if p is not None and p.usable]
+    return max(p.expected_rps for p in points) if points else None
+
+
+def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
+    now, peak = inputs.now_s, expected_peak_rps(inputs)
+    active = [w for w in inputs.windows if w.start_s - pool.lead_s <= now < w.end_s]
+    best: tuple[int, ScheduleWindow, float] | None = None
+    for window in active:
+        rate = window.expected_rps if window.expected_rps is not None else peak
+        if rate is None:
+            continue
+        replicas = _replicas_for(rate * (1 + window.prescale_factor), capacity_rps)
+        if best is None or replicas > best[0]:
+            best = (replicas, window, rate)
+    if best is None:
+        return Term(SCHEDULED, None, {"active_windows": float(len(active))})
+    replicas, window, rate = best
+    return Term(SCHEDULED, replicas, {"window_start_s": window.start_s, "window_end_s": window.end_s,
+                                      "expected_rps": rate, "prescale_factor": window.prescale_factor})
+
+
+def warm_floor_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
+    peak = expected_peak_rps(inputs)
+    if peak is None:
+        return Term(WARM_FLOOR, pool.min_replicas, {"warm_pool_fraction": pool.warm_pool_fraction})
+    replicas = max(pool.min_replicas, _replicas_for(pool.warm_pool_fraction * peak, capacity_rps))
+    return Term(WARM_FLOOR, replicas, {"expected_peak_rps": peak, "warm_pool_fraction": pool.warm_pool_fraction})
+
+
+def prescale_proposal(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, current: int) -> PreScaleProposal | None:
+    """design.md §6: the forecast shows >= 3x the current load within 30 minutes."""
+    peak, rate = inputs.forecast_peak, inputs.signals.request_rate_rps
+    if peak is None or not peak.usable or not rate.is_known or peak.horizon_s > pool.prescale_horizon_s:
+        return None
+    current_rps = float(rate.value)  # type: ignore[arg-type]
+    # A pool idling below one replica's capacity is compared with that capacity, not with ~0.
+    base = max(current_rps, capacity_rps * pool.min_replicas)
+    ratio = peak.expected_rps / base
+    if ratio < pool.prescale_ratio:
+        return None
+    warm = max(pool.min_replicas, _replicas_for(pool.warm_pool_fraction * peak.expected_rps, capacity_rps))
+    target = min(pool.max_replicas, math.ceil(warm * (1 + pool.prescale_buffer) - 1e-9))
+    if target <= current:
+        return None
+    return PreScaleProposal(target, current_rps, peak.expected_rps, round(ratio, 3), warm, peak.horizon_s)
+
+
+# ---------------------------------------------------------------------------- guardrails
+
+
+def _guard(raw: int, current: int, now: float, pool: PoolPlan, state: PlannerState, hold: bool) -> tuple[int, list[str], PlannerState]:
+    reasons: list[str] = []
+    window_start = now - pool.scale_down_window_s
+    recommendations = tuple(r for r in state.recommendations if r[0] > window_start) + ((now, raw),)
+    target = raw
+    if target < current:
+        ceiling = max(r for _, r in recommendations)
+        if ceiling > target:
+            target, _ = min(ceiling, current), reasons.append(STABILIZED_DOWN)
+    period = max(pool.scale_up_period_s, pool.scale_down_period_s)
+    events = tuple(e for e in state.scale_events if e[0] > now - period)
+    if target > current:
+        added = sum(c for t, c in events if c > 0 and t > now - pool.scale_up_period_s)
+        base = current - added
+        limit = max(base + pool.scale_up_pods, math.ceil(base * (1 + pool.scale_up_percent / 100)))
+        if target > limit:
+            target = max(current, limit)
+            reasons.append(RATE_LIMITED_UP)
+    elif target < current:
+        removed = -sum(c for t, c in events if c < 0 and t > now - pool.scale_down_period_s)
+        base = current + removed
+        limit = base - max(pool.scale_down_pods, math.floor(base * pool.scale_down_percent / 100))
+        if target < limit:
+            target = min(current, limit)
+            reasons.append(RATE_LIMITED_DOWN)
+    if target > pool.max_replicas:
+        target = pool.max_replicas
+        reasons.append(CAPPED_MAX)
+    if target < pool.min_replicas:
+        target = pool.min_replicas
+        reasons.append(RAISED_MIN)
+    if hold and target < current:
+        target = current
+        reasons.append(HELD)
+    if target != current:
+        events += ((now, target - current),)
+    return target, reasons, replace(state, recommendations=recommendations, scale_events=events)
+
+
+# ---------------------------------------------------------------------------- the planner
+
+
+def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -> Decision:
+    """Decide the pool's target replicas with its reasons; returns the new state inside the Decision."""
+    state = state or PlannerState()
+    now, signals = inputs.now_s, inputs.signals
+    ready, desired = _count(signals.ready_replicas), _count(signals.desired_replicas)
+    arriving = len(inputs.arriving_ready_in_s)
+    current = desired if desired is not None else (ready + arriving if ready is not None else None)
+    queue_known = bool(_waiting_per_ready(signals, ready)) and any(v is not None for v in _waiting_per_ready(signals, ready))
+    key_known = queue_known and ready is not None and current is not None
+    last_known = now if key_known else state.last_known_at_s
+    unknown_for = 0.0 if key_known else (now - last_known if last_known is not None else math.inf)
+    staleness_alert = unknown_for >= pool.stale_alert_after_s
+    reasons: list[str] = []
+
+    correction, corrected = corrected_capacity(pool, state, signals, ready) if key_known else (state.capacity_correction, None)
+    capacity_rps = pool.capacity_rps_per_replica * correction
+    state = replace(state, capacity_correction=correction, last_known_at_s=last_known)
+    if corrected:
+        reasons.append(corrected)
+
+    predictive = predictive_term(inputs, pool, capacity_rps, ready)
+    scheduled = scheduled_term(inputs, pool, capacity_rps)
+    warm = warm_floor_term(inputs, pool, capacity_rps)
+    if current is None:
+        fallback = [r for r in (scheduled.replicas, state.last_good_target) if r is not None]
+        target = min(max(fallback), pool.max_replicas) if fallback else None
+        reasons += [REPLICAS_UNKNOWN, SIGNALS_FALLBACK] if target is not None else [REPLICAS_UNKNOWN]
+        return Decision(target, None, ready, arriving, (predictive, scheduled, warm), SIGNALS_FALLBACK if target else HELD,
+                        tuple(reasons + ([STALENESS_ALERT] if staleness_alert else [])), True, unknown_for,
+                        staleness_alert, capacity_rps, None, state)
+
+    if key_known:
+        reactive, hpa_state = reactive_term(inputs, pool, state, current, ready)
+        state = replace(state, hpa=hpa_state)
+    else:
+        reactive = Term(REACTIVE, None, {})
+        reasons.append(QUEUE_UNKNOWN)
+    if predictive.replicas is None:
+        reasons.append(FORECAST_UNKNOWN)
+
+    hold = not key_known
+    terms: list[Term] = [reactive, predictive, scheduled, warm]
+    if hold:
+        held = Term(HELD, current, {"current_replicas": float(current)})
+        terms.append(held)
+        reasons.append(SIGNALS_UNKNOWN)
+        if unknown_for >= pool.hold_after_unknown_s:
+            # Fall back to the schedule and the last good target; the forecast and the floor were
+            # built on the same missing data, so they do not count here.
+            terms = [t for t in terms if t.name in (SCHEDULED, HELD)]
+            if state.last_good_target is not None:
+                terms.append(Term(LAST_GOOD, state.last_good_target, {"last_good_target": float(state.last_good_target)}))
+            reasons.append(SIGNALS_FALLBACK)
+    if inputs.approved_floor:
+        terms.append(Term(PRESCALE_HOLD, inputs.approved_floor, {"approved_replicas": float(inputs.approved_floor)}))
+
+    opinions = [t for t in terms if t.replicas is not None]
+    binding_term = max(opinions, key=lambda t: t.replicas)  # type: ignore[arg-type, return-value]
+    raw = int(binding_term.replicas)  # type: ignore[arg-type]
+    target, guard_reasons, state = _guard(raw, current, now, pool, state, hold)
+    reasons = [binding_term.name] + reasons + guard_reasons
+    if staleness_alert:
+        reasons.append(STALENESS_ALERT)
+    if not hold:
+        state = replace(state, last_good_target=target)
+
+    proposal = prescale_proposal(inputs, pool, capacity_rps, current) if key_known else None
+    if proposal is not None:
+        reasons.append(PRESCALE)
+        state = replace(state, last_prescale_at_s=now)
+    return Decision(
+        target_replicas=target,
+        current_replicas=current,
+        ready_replicas=ready,
+        arriving_replicas=arriving,
+        terms=tuple(terms),
+        binding=guard_reasons[-1] if guard_reasons else binding_term.name,
+        reasons=tuple(dict.fromkeys(reasons)),
+        hold=hold,
+        signals_unknown_for_s=unknown_for,
+        staleness_alert=staleness_alert,
+        capacity_per_replica_rps=capacity_rps,
+        prescale=proposal,
+        state=state,
+    )

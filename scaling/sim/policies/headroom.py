@@ -1,0 +1,175 @@
+"""`headroom`: the Headroom planner (`scaling/engine/planner.py`) driving the simulated pool.
+
+Each tick the policy turns the observation into `PoolSignals` (all fresh: the simulator's metrics
+never go missing), forecasts the request rate from the rates it has observed so far (causal: it
+never looks at the workload ahead), and runs the planner. A pre-scale proposal is approved
+automatically `approval_delay_s` after it is made (default 60 s, a human clicking in Slack) and
+then held as a floor until its horizon passes.
+
+The pool profile: per-replica capacity at the SLO is the simulated replica's prefill and decode
+throughput for the workload's token-length mix (a measured property of the pool, like a load
+test; arrival times are not used), times `utilisation_at_slo`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scaling.engine.forecast import forecast
+from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, plan
+from scaling.engine.queue_depth import QueueDepthPolicy
+from scaling.engine.rate_series import from_values
+from scaling.engine.signals import PoolSignals, Reading
+from scaling.sim.config import SimConfig, effective_slots
+from scaling.sim.policies.base import Observation
+from scaling.sim.profiles import inter_token_seconds
+from scaling.sim.workload import Workload
+
+UTILISATION_AT_SLO = 0.8  # share of raw throughput one replica sustains within the TTFT SLO
+HISTORY_S = 6 * 3600.0  # observed rates kept for forecasting
+LATENCY_WINDOW_S = 300.0
+
+
+def fresh(value: float) -> Reading:
+    return Reading(float(value), 0.0)
+
+
+@dataclass
+class HeadroomState:
+    planner: PlannerState = field(default_factory=PlannerState)
+    rates: list[float] = field(default_factory=list)  # observed arrival rate per tick
+    requested_at: list[float] = field(default_factory=list)  # starting replicas, oldest first
+    forecast_at_s: float = -math.inf
+    forecast_lead: ForecastPoint | None = None
+    forecast_peak: ForecastPoint | None = None
+    pending: tuple[float, int, float] | None = None  # (approve at, replicas, expires at)
+    approved: tuple[int, float] | None = None  # (replicas, until)
+    waits_s: list[float] = field(default_factory=list)  # queue-time estimates at recent ticks
+    decisions: list[Decision] = field(default_factory=list)
+    keep_decisions: bool = False
+
+
+@dataclass(frozen=True)
+class HeadroomPolicy:
+    pool: PoolPlan
+    approval_delay_s: float = 60.0
+    forecast_every_s: float = 60.0
+    forecast_bin_s: float = 60.0  # observed rates are averaged into bins this wide before forecasting
+    name: str = "headroom"
+    tick_s: float = 15.0
+
+    def new_state(self) -> HeadroomState:
+        return HeadroomState()
+
+    def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
+        state.rates.append(observation.arrival_rate_rps)
+        del state.rates[: max(0, len(state.rates) - int(HISTORY_S / self.tick_s))]
+        self._track_arriving(now, observation, state)
+        if now - state.forecast_at_s >= self.forecast_every_s - 1e-9:
+            state.forecast_lead, state.forecast_peak = self._forecasts(state.rates)
+            state.forecast_at_s = now
+        decision = plan(self._inputs(now, observation, state), self.pool, state.planner)
+        state.planner = decision.state
+        self._approve(now, decision, state)
+        if state.keep_decisions:
+            state.decisions.append(decision)
+        target = decision.target_replicas if decision.target_replicas is not None else observation.desired_replicas
+        if target > observation.desired_replicas:
+            state.requested_at += [now] * (target - observation.desired_replicas)
+        return target
+
+    # -------------------------------------------------------------------------------------
+    def _observed_ttft_p95(self, observation: Observation, state: HeadroomState) -> Reading:
+        # The simulator exports no latency histogram; estimate each tick's queue time from the
+        # queue in front of the ready replicas (work ahead / replicas), and take the p95 of the
+        # last LATENCY_WINDOW_S of estimates, as histogram_quantile over a rate window would.
+        if observation.ready_replicas == 0:
+            return Reading()
+        service_s = self.pool.unloaded_latency_s
+        state.waits_s.append(observation.queue_depth * service_s / observation.ready_replicas + service_s)
+        del state.waits_s[: max(0, len(state.waits_s) - int(LATENCY_WINDOW_S / self.tick_s))]
+        return fresh(float(np.quantile(state.waits_s, 0.95)))
+
+    def _inputs(self, now: float, observation: Observation, state: HeadroomState) -> PlanInput:
+        signals = PoolSignals(
+            pool="sim",
+            queue_depth=fresh(observation.queue_depth),
+            running_requests=fresh(observation.running),
+            gpu_utilization=fresh(observation.utilisation),
+            request_rate_rps=fresh(observation.arrival_rate_rps),
+            ready_replicas=fresh(observation.ready_replicas),
+            arriving_replicas=fresh(observation.starting_replicas),
+            desired_replicas=fresh(observation.desired_replicas),
+            ttft_p95_s=self._observed_ttft_p95(observation, state),
+        )
+        cold_start = self.pool.cold_start_p95_s
+        ready_in = tuple(max(0.0, at + cold_start - now) for at in state.requested_at)
+        approved = state.approved[0] if state.approved is not None and now < state.approved[1] else 0
+        recent = state.rates[-max(1, int(self.pool.prescale_horizon_s / self.tick_s)):]
+        per_bin = max(1, int(round(self.forecast_bin_s / self.tick_s)))
+        peak = max(np.convolve(recent, np.ones(per_bin) / per_bin, mode="valid")) if len(recent) >= per_bin else max(recent)
+        return PlanInput(now, signals, ready_in, state.forecast_lead, state.forecast_peak, (), approved, float(peak))
+
+    def _track_arriving(self, now: float, observation: Observation, state: HeadroomState) -> None:
+        # Oldest requests become ready first; a scale-down cancels the newest: keep the newest N.
+        starting = observation.starting_replicas
+        state.requested_at = state.requested_at[len(state.requested_at) - starting:] if starting else []
+        if len(state.requested_at) < starting:
+            state.requested_at = [now] * (starting - len(state.requested_at)) + state.requested_at
+
+    def _forecasts(self, rates: list[float]) -> tuple[ForecastPoint | None, ForecastPoint | None]:
+        per_bin = max(1, int(round(self.forecast_bin_s / self.tick_s)))
+        bins = len(rates) // per_bin
+        if bins < 2:
+            return None, None
+        binned = np.asarray(rates[len(rates) - bins * per_bin:]).reshape(bins, per_bin).mean(axis=1)
+        series = from_values(binned, per_bin * self.tick_s)
+        points = []
+        for horizon_s in (self.pool.lead_s, self.pool.prescale_horizon_s):
+            made = forecast(series, horizon_s)
+            points.append(ForecastPoint(horizon_s, made.expected_rps, made.p90_rps))
+        lead, far = points
+        peak = max(points, key=lambda p: p.expected_rps if p.usable else -1.0)
+        return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps))
+
+    def _approve(self, now: float, decision: Decision, state: HeadroomState) -> None:
+        if state.pending is not None and now >= state.pending[0]:
+            _, replicas, until = state.pending
+            state.approved, state.pending = (replicas, until), None
+        if state.approved is not None and now >= state.approved[1]:
+            state.approved = None
+        proposal = decision.prescale
+        if proposal is not None and state.pending is None and (state.approved is None or state.approved[0] < proposal.target_replicas):
+            # Held for one scale-down window after approval; the planner re-proposes while the rule holds.
+            approve_at = now + self.approval_delay_s
+            state.pending = (approve_at, proposal.target_replicas, approve_at + self.pool.scale_down_window_s)
+
+
+def pool_plan_for(config: SimConfig, workload: Workload, utilisation_at_slo: float = UTILISATION_AT_SLO) -> PoolPlan:
+    """The planning profile of the simulated pool (see the module docstring)."""
+    profile = config.profile
+    prompt, output = workload.token_sample()
+    mean_prompt, mean_output = float(np.mean(prompt)), float(np.mean(output))
+    slots = effective_slots(profile, mean_prompt + mean_output)
+    prefill_rps = profile.prefill_tokens_per_s / max(mean_prompt, 1.0)
+    decode_rps = slots / (max(mean_output, 1.0) * inter_token_seconds(profile, slots))
+    unloaded = mean_prompt / profile.prefill_tokens_per_s + inter_token_seconds(profile, 1)
+    return PoolPlan(
+        capacity_rps_per_replica=min(prefill_rps, decode_rps) * utilisation_at_slo,
+        min_replicas=config.min_replicas,
+        max_replicas=config.max_replicas,
+        slo_latency_s=config.slo_ttft_s,
+        unloaded_latency_s=min(unloaded, config.slo_ttft_s),
+        cold_start_p95_s=config.cold_start.p95_s,
+        decision_delay_s=config.tick_s or 15.0,
+        queue=QueueDepthPolicy(min_replicas=config.min_replicas, max_replicas=config.max_replicas),
+    )
+
+
+def build_headroom(context: object, approval_delay_s: float = 60.0) -> HeadroomPolicy:
+    """The registry's factory: `context` is a `PolicyContext` (only its config and token mix are read)."""
+    config: SimConfig = context.config  # type: ignore[attr-defined]
+    workload: Workload = context.workload  # type: ignore[attr-defined]
+    return HeadroomPolicy(pool_plan_for(config, workload), approval_delay_s=approval_delay_s)
