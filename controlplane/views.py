@@ -52,6 +52,8 @@ def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
     pool = get_object_or_404(_visible_pools(request).prefetch_related("schedules"), pk=pk)
     context = {
         "pool": pool,
+        "status": getattr(pool, "status", None),  # the last replica counts read from the cluster
+        "proposals": pool.proposals.select_related("requested_by", "decided_by")[:20],
         "can_configure": services.has_role(request.user, pool.team, Role.ADMIN),
         "audit": AuditEvent.objects.filter(object_type="controlplane.pool", object_id=str(pool.pk))[:20],
     }

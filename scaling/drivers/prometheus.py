@@ -127,12 +127,13 @@ class PrometheusSignalSource:
     def __init__(self, config: PrometheusConfig, client: PrometheusConnect | None = None) -> None:
         self.config = config
         # Retries off: a failed read is reported and the planner holds; the next tick reads again.
-        self.client = client or PrometheusConnect(url=config.url, retry=Retry(total=0, raise_on_status=False),
+        self.client = client or PrometheusConnect(url=config.url, retry=Retry(total=0, read=False, raise_on_status=False),
                                                   timeout=config.timeout_s)  # type: ignore[arg-type]
 
     def read(self, pools: Sequence[PoolSelector], at_s: float | None = None) -> SignalRead:
-        """Every pool's signals; `at_s` evaluates at that time instead of Prometheus' now."""
+        """Every pool's signals, all queries evaluated at one instant (`at_s`, default now)."""
         labels, window = self.config.labels, self.config.rate_window
+        at_s = time.time() if at_s is None else at_s
         errors: dict[str, str] = {}
         keys = {self._key(pool.labels): pool.name for pool in pools}
 
@@ -163,10 +164,8 @@ class PrometheusSignalSource:
         return SignalRead(signals, errors)
 
     # -------------------------------------------------------------------------------------
-    def _query(self, promql: str, at_s: float | None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"timeout": f"{self.config.timeout_s:g}s"}
-        if at_s is not None:
-            params["time"] = f"{at_s:.3f}"
+    def _query(self, promql: str, at_s: float) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"timeout": f"{self.config.timeout_s:g}s", "time": f"{at_s:.3f}"}
         result = self.client.custom_query(promql, params=params, timeout=self.config.timeout_s)
         if not isinstance(result, list):
             raise ValueError(f"expected an instant vector, got {type(result).__name__}")
@@ -195,10 +194,6 @@ def _reading(value: float, evaluated_at: float, scraped_at: tuple[float, float] 
         return Reading(value=value if math.isfinite(value) else None, age_s=None)
     age = max(0.0, evaluated_at - scraped_at[0])
     return Reading(value=value if math.isfinite(value) else None, age_s=age)
-
-
-def wall_clock_s() -> float:
-    return time.time()
 
 
 __all__ = ["QUERIES", "FRESHNESS", "WAITING_PER_REPLICA", "LabelMapping", "PrometheusConfig",

@@ -1,0 +1,9 @@
+from django.urls import path, re_path
+
+from scaling import views
+
+urlpatterns = [
+    path("approvals/", views.inbox, name="approvals"),
+    path("proposals/<int:pk>/card/", views.card, name="proposal-card"),
+    re_path(r"^proposals/(?P<pk>[0-9]+)/(?P<verdict>approve|reject)/$", views.decide, name="proposal-decide"),
+]
