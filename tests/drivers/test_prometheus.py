@@ -1,0 +1,201 @@
+"""The Prometheus SignalSource against a real Prometheus scraping the sandbox's vLLM emulator."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from sandbox.fleet import Fleet
+from sandbox.prometheus import PrometheusLauncher, free_port
+from sandbox.replica import wait_until
+from scaling.drivers.prometheus import FRESHNESS, QUERIES, LabelMapping, PrometheusConfig, PrometheusSignalSource
+from scaling.drivers.signals import PoolSelector
+from scaling.sim.profiles import PoolProfile, get_profile
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"),
+                       reason="Debian's prometheus package is not installed (apt-get install -y prometheus)"),
+]
+CHAT, CODE, IDLE = "chat-model", "code-model", "idle-model"
+QUERIES_PER_READ = len(QUERIES) + len(FRESHNESS) + 1  # + the per-replica queue
+
+
+def profile_for(model: str) -> PoolProfile:
+    return dataclasses.replace(get_profile("llama-3.1-8b-h100"), model=model, max_num_seqs=2,
+                               itl_ms_base=20.0, itl_ms_per_seq=0.0)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[PrometheusLauncher, Fleet]]:
+    """Three pools: chat (2 replicas, served), code (1 replica, served), idle (1 replica, no traffic)."""
+    with PrometheusLauncher(scrape_interval_s=0.5) as prometheus, Fleet() as fleet:
+        prometheus.follow(fleet)
+        replicas = (fleet.add_replicas(2, CHAT, profile=profile_for(CHAT), pool="prod/chat")
+                    + fleet.add_replicas(1, CODE, profile=profile_for(CODE), pool="prod/code")
+                    + fleet.add_replicas(1, IDLE, profile=profile_for(IDLE), pool="prod/idle"))
+        for replica in replicas:
+            assert replica.wait_ready(timeout=5)
+        prometheus.wait_for_up(timeout=20)
+        for replica in replicas:
+            if replica.model_name != IDLE:
+                for tokens in (3, 6):
+                    requests.post(replica.base_url + "/v1/completions", timeout=10,
+                                  json={"model": replica.model_name, "prompt": "a b c", "max_tokens": tokens})
+        assert wait_until(lambda: prometheus.query(f'sum(vllm:request_success_total{{model_name="{CODE}"}}) == 2'), 10)
+        time.sleep(1.0)  # one more scrape so the rate window holds two samples after the traffic
+        yield prometheus, fleet
+
+
+def pools() -> list[PoolSelector]:
+    return [PoolSelector(name, {"model_name": model}) for name, model in
+            (("chat", CHAT), ("code", CODE), ("idle", IDLE), ("gone", "no-such-model"))]
+
+
+class CountingSource(PrometheusSignalSource):
+    def __init__(self, config: PrometheusConfig) -> None:
+        super().__init__(config)
+        self.queries: list[str] = []
+
+    def _query(self, promql: str, at_s: float):  # type: ignore[no-untyped-def]
+        self.queries.append(promql)
+        return super()._query(promql, at_s)
+
+
+def test_it_reads_every_signal_of_many_pools_with_one_query_per_signal(cluster) -> None:
+    prometheus, _ = cluster
+    source = CountingSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+
+    read = source.read(pools())
+
+    assert read.errors == {}
+    assert len(source.queries) == QUERIES_PER_READ  # the same for 4 pools as for 1
+    assert all("by (model_name" in query for query in source.queries)
+    chat = read["chat"]
+    assert chat.ready_replicas.known == 2.0
+    assert chat.queue_depth.known == 0.0 and chat.running_requests.known == 0.0
+    assert len(chat.waiting_per_ready_replica) == 2 and all(r.is_known for r in chat.waiting_per_ready_replica)
+    assert chat.request_rate_rps.is_known and chat.request_rate_rps.value > 0
+    assert chat.generation_tokens_rate.is_known and chat.generation_tokens_rate.value > chat.request_rate_rps.value
+    assert chat.error_rate.known == 0.0  # requests served, none failed: a real zero
+    # 3 and 6 tokens at 20 ms: e2e about 0.06-0.12 s, first token within a bucket or two.
+    assert chat.e2e_p95_s.is_known and 0.0 < chat.e2e_p95_s.value <= 0.3
+    assert chat.ttft_p99_s.is_known and 0.0 < chat.ttft_p99_s.value <= 0.1
+    assert chat.kv_cache_usage.known == 0.0
+    assert all(0.0 <= r.age_s <= 5.0 for r in chat.readings().values() if r.is_known)
+    assert read["code"].ready_replicas.known == 1.0
+
+
+def test_it_reads_empty_answers_as_unknown_never_zero(cluster) -> None:
+    prometheus, _ = cluster
+    read = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s")).read(pools())
+
+    gone = read["gone"]
+    assert set(gone.unknown_signals()) == set(gone.readings())
+    assert gone.waiting_per_ready_replica == ()
+    # No DCGM exporter in the sandbox: GPU use is unknown, not 0 %.
+    assert not read["chat"].gpu_utilization.is_known
+    # Kubernetes' numbers come from the Kubernetes driver.
+    assert not read["chat"].desired_replicas.is_known and not read["chat"].arriving_replicas.is_known
+
+
+def test_it_reads_nan_as_unknown(cluster) -> None:
+    prometheus, _ = cluster
+    idle = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s")).read(pools())["idle"]
+
+    # No request finished in the window: the quantiles and the error ratio are NaN in PromQL.
+    for reading in (idle.e2e_p95_s, idle.ttft_p95_s, idle.queue_time_p99_s, idle.error_rate):
+        assert not reading.is_known and reading.value is None
+    # ... while the gauges and the rate are real zeros.
+    assert idle.queue_depth.known == 0.0 and idle.request_rate_rps.known == 0.0
+
+
+def test_it_reads_samples_older_than_90_s_as_stale(cluster) -> None:
+    prometheus, _ = cluster
+    source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+
+    # Evaluated 2 minutes ahead, the gauges' last samples are 2 minutes old (within Prometheus'
+    # 5-minute lookback, so it still answers them).
+    chat = source.read(pools(), at_s=time.time() + 120)["chat"]
+
+    assert chat.queue_depth.value == 0.0 and chat.queue_depth.age_s > 90
+    assert chat.queue_depth.is_stale and not chat.queue_depth.is_known
+    assert chat.unknown_signals() == list(chat.readings())
+
+
+def test_it_reads_an_unreachable_prometheus_as_unknown_without_retrying() -> None:
+    source = PrometheusSignalSource(PrometheusConfig(f"http://127.0.0.1:{free_port()}", timeout_s=1.0))
+    started = time.monotonic()
+
+    read = source.read(pools())
+
+    assert time.monotonic() - started < 5.0
+    assert set(read.errors) == set(QUERIES) | {f"freshness:{f}" for f in FRESHNESS} | {"waiting_per_replica"}
+    assert all("ConnectionError" in error for error in read.errors.values())
+    assert read["chat"].unknown_signals() == list(read["chat"].readings())
+
+
+def test_it_gives_up_on_a_hung_prometheus_at_its_timeout() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # accepts connections, never answers
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        source = PrometheusSignalSource(PrometheusConfig(f"http://127.0.0.1:{port}", timeout_s=0.2))
+        started = time.monotonic()
+        read = source.read(pools()[:1])
+        elapsed = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        for connection in accepted:
+            connection.close()
+        listener.close()
+
+    assert len(read.errors) == QUERIES_PER_READ and all("Timeout" in e for e in read.errors.values())
+    assert elapsed < QUERIES_PER_READ * 0.2 + 3.0  # one attempt per query, no retries
+    assert len(accepted) <= QUERIES_PER_READ
+    assert read["chat"].unknown_signals() == list(read["chat"].readings())
+
+
+def test_it_reports_a_promql_error_and_reads_unknown(cluster) -> None:
+    prometheus, _ = cluster
+    broken = LabelMapping(selector='job=~"("')  # an invalid regular expression: HTTP 400
+    read = PrometheusSignalSource(PrometheusConfig(prometheus.url, labels=broken)).read(pools())
+
+    assert "queue_depth" in read.errors and "400" in read.errors["queue_depth"]
+    assert not read["chat"].queue_depth.is_known
+
+
+def test_it_identifies_pools_by_the_configured_labels(cluster) -> None:
+    prometheus, _ = cluster
+    mapping = LabelMapping(pool_labels=("namespace", "model_name"))
+    source = PrometheusSignalSource(PrometheusConfig(prometheus.url, labels=mapping, rate_window="30s"))
+
+    read = source.read([PoolSelector("prod-chat", {"namespace": "prod", "model_name": CHAT}),
+                        PoolSelector("staging-chat", {"namespace": "staging", "model_name": CHAT})])
+
+    assert read.errors == {}
+    assert read["prod-chat"].ready_replicas.known == 2.0
+    assert read["prod-chat"].error_rate.known == 0.0  # the HTTP join keeps namespace from the vLLM side
+    assert not read["staging-chat"].ready_replicas.is_known
