@@ -38,16 +38,26 @@ demo: install migrate
 	@echo "Headroom is at http://127.0.0.1:$(PORT)/  (log in as alice / headroom-demo; Ctrl-C stops it)"
 	DEBUG=1 $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
 
-test: install system-deps test-fast test-db test-services
+# Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
+FAST_TESTS := $(wildcard tests/sim tests/engine tests/sandbox_realvllm)
+DB_TESTS := $(wildcard tests/core tests/scaling tests/incidents)
+SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration)
+REAL_VLLM_TESTS := $(wildcard tests/realvllm)
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+
+test: install system-deps test-fast test-db test-services test-realvllm
 
 test-fast: install
-	$(BIN)/pytest -q -p no:cacheprovider $(wildcard tests/sim tests/engine tests/sandbox_realvllm)
+	$(if $(FAST_TESTS),$(PYTEST) $(FAST_TESTS),@echo "no fast tests")
 
 test-db: install
-	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -q -p no:cacheprovider tests/core
+	$(if $(DB_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(DB_TESTS),@echo "no database tests")
 
 test-services: install system-deps
-	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest -q -p no:cacheprovider $(wildcard tests/sandbox tests/integration)
+	$(if $(SERVICE_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(SERVICE_TESTS),@echo "no service tests")
+
+test-realvllm: install
+	$(if $(REAL_VLLM_TESTS),@echo "real vLLM tier: not wired yet",@echo "no real vLLM tests")
 
 bench: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
