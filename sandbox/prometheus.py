@@ -81,7 +81,7 @@ class PrometheusLauncher:
         log = (self.dir / "prometheus.log").open("wb")
         self._process = subprocess.Popen(
             [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1d",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=15d",
              "--log.level=warn"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._wait_ready()
@@ -138,6 +138,21 @@ class PrometheusLauncher:
             return (self.dir / "prometheus.log").read_text(errors="replace")[-2000:]
         except OSError:
             return "(no log)"
+
+    def backfill(self, openmetrics: str) -> None:
+        """Turn OpenMetrics samples (with timestamps) into TSDB blocks; call before `start()`."""
+        if self._process is not None:
+            raise PrometheusError("backfill before start: Prometheus only loads these blocks at start-up")
+        promtool = shutil.which("promtool") or "/usr/bin/promtool"
+        if not os.access(promtool, os.X_OK):
+            raise PrometheusError("promtool was not found; it comes with Debian's prometheus package")
+        source = self.dir / "history.om"
+        source.write_text(openmetrics)
+        done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source),
+                               str(self.dir / "data")], capture_output=True, text=True, timeout=300)
+        source.unlink()
+        if done.returncode != 0:
+            raise PrometheusError(f"promtool could not backfill: {(done.stderr or done.stdout)[-1000:]}")
 
     # --- service discovery -----------------------------------------------------------------
     def set_targets(self, targets: list[ScrapeTarget]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from scaling.sim.profiles import PROFILES, PoolProfile
 
 from sandbox.fleet import Fleet
 from sandbox.gateway import Gateway
+from sandbox.history import history_openmetrics
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.prometheus import PrometheusError, PrometheusLauncher
 from sandbox.scenarios import scenario_trace
@@ -38,6 +40,7 @@ class SandboxConfig:
     # emulate. Latency per token still follows the profile.
     max_num_seqs: int = 8
     traces_dir: Path | None = None
+    history_hours: float = 0.0  # backfill Prometheus with this much past traffic (scenario's, replayed)
 
 
 def _dns_label(text: str) -> str:
@@ -91,6 +94,7 @@ class Sandbox:
             self.prometheus = PrometheusLauncher(scrape_interval_s=self.config.scrape_interval_s)
             self.prometheus.follow(self.fleet)
             try:
+                self._backfill(self.prometheus)
                 self.prometheus.start()
             except PrometheusError as error:
                 print(f"sandbox: running without Prometheus: {error}", file=sys.stderr)
@@ -100,6 +104,16 @@ class Sandbox:
             options = ClientOptions(timeout_s=max(5.0, 120.0 / self.config.speed))
             self.traffic = TrafficGenerator(self.gateway.url, self.trace, speed=self.config.speed,
                                             options=options).start()
+
+    def _backfill(self, prometheus: PrometheusLauncher) -> None:
+        history = scenario_trace(self.config.scenario, self.config.pools, self.config.traces_dir, seed=1)
+        if self.config.history_hours <= 0 or history is None:
+            return
+        started = time.monotonic()
+        pools = [(spec, spec.weight) for spec in self.specs]
+        prometheus.backfill(history_openmetrics(pools, history, self.config.history_hours, time.time()))
+        print(f"sandbox: backfilled {self.config.history_hours:g} h of {self.config.scenario} history in "
+              f"{time.monotonic() - started:.0f} s", file=sys.stderr)
 
     def stop(self) -> None:
         """Stop everything this sandbox started; safe to call twice."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,10 @@ import requests
 
 from scaling.sim.profiles import PoolProfile
 from sandbox.fleet import Fleet
+from sandbox.history import history_openmetrics
+from sandbox.kube.cluster import PoolSpec
 from sandbox.prometheus import PrometheusLauncher
+from sandbox.scenarios import scenario_trace
 from sandbox.replica import wait_until
 
 pytestmark = [
@@ -76,3 +80,28 @@ def test_it_follows_replicas_as_they_come_and_go(prometheus: PrometheusLauncher,
         prometheus.wait_for_up([f"127.0.0.1:{second.port}"], timeout=20)
         assert wait_until(lambda: {s["metric"]["pod"] for s in prometheus.query('up{deployment="scale"}')}
                           == {second.name}, 5)
+
+
+def test_it_backfills_history_that_promql_reads_like_live_data(small_profile: PoolProfile) -> None:
+    now = time.time()
+    pool = PoolSpec(name="chat", profile=small_profile, model=MODEL)
+    steady = scenario_trace("steady", 1, seed=3)
+    assert steady is not None
+    history = history_openmetrics([(pool, 1)], steady, hours=0.25, end_unix=now)
+    launcher = PrometheusLauncher()
+    try:
+        launcher.backfill(history)
+        launcher.start()
+
+        def at(promql: str, seconds_ago: float) -> float:
+            params = {"query": promql, "time": str(now - seconds_ago)}
+            answer = requests.get(launcher.url + "/api/v1/query", params=params, timeout=10).json()
+            return float(answer["data"]["result"][0]["value"][1])
+
+        # steady: 2 req/s for the pool, so about 600 requests in five minutes
+        assert 450 < at('sum(increase(vllm:request_success_total{deployment="chat"}[5m]))', 60) < 750
+        p95 = at('histogram_quantile(0.95, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket[5m])))', 60)
+        assert 0.5 < p95 < 60
+        assert at("sum by (model_name) (vllm:num_requests_waiting)", 300) >= 0
+    finally:
+        launcher.stop()

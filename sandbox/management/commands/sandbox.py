@@ -32,6 +32,8 @@ class Command(BaseCommand):
                             help="cold start in model seconds (default: each profile's p50)")
         parser.add_argument("--no-prometheus", action="store_true", help="do not start Prometheus")
         parser.add_argument("--scrape-interval", type=float, default=5.0, help="Prometheus scrape interval, s")
+        parser.add_argument("--history", type=float, default=0.0, metavar="HOURS",
+                            help="backfill Prometheus with this many hours of the scenario's past traffic")
         parser.add_argument("--register", action="store_true",
                             help="create or update the Cluster and Pool records for this sandbox")
         parser.add_argument("--json", action="store_true",
@@ -83,11 +85,13 @@ class Command(BaseCommand):
             raise CommandError("--cold-start must be 0 or more")
         if options["scrape_interval"] <= 0:
             raise CommandError("--scrape-interval must be greater than 0")
+        if not 0 <= options["history"] <= 24 * 7:
+            raise CommandError("--history must be between 0 and 168 hours")
         return SandboxConfig(
             pools=options["pools"], scenario=options["scenario"], speed=options["speed"],
             replicas=options["replicas"], cold_start_s=options["cold_start"],
             prometheus=not options["no_prometheus"], scrape_interval_s=options["scrape_interval"],
-            traces_dir=Path(settings.TRACES_DIR),
+            traces_dir=Path(settings.TRACES_DIR), history_hours=options["history"],
         )
 
     def _print_addresses(self, description: dict[str, Any], route_url: str) -> None:
