@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 # The vLLM families Headroom reads (shared/design.md §6 "Signals", shared/reference/vllm-interface.md §1),
 # with the type real vLLM 0.32.0 gives them (shared/reference/vllm-cpu-metrics-sample.txt).
@@ -162,7 +162,7 @@ def parse_exposition(text: str) -> dict[str, Family]:
     helps: dict[str, str] = {}
     families: dict[str, Family] = {}
     # bucket bounds per (family, frozen non-le labels)
-    series_buckets: dict[tuple[str, tuple], list[float]] = {}
+    series_buckets: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
 
     for raw in text.splitlines():
         line = raw.strip()
@@ -172,21 +172,22 @@ def parse_exposition(text: str) -> dict[str, Family]:
             parts = line.split(None, 3)
             if len(parts) >= 3 and parts[1] == "TYPE":
                 tname, mtype = parts[2], (parts[3].strip() if len(parts) > 3 else "untyped")
-                fam = Family(name=_family_name(tname, mtype), type=mtype, type_line_name=tname,
+                new = Family(name=_family_name(tname, mtype), type=mtype, type_line_name=tname,
                              help=helps.get(tname))
-                declared[tname] = fam
-                families.setdefault(fam.name, fam)
+                declared[tname] = new
+                families.setdefault(new.name, new)
             elif len(parts) >= 3 and parts[1] == "HELP":
                 helps[parts[2]] = parts[3] if len(parts) > 3 else ""
                 if parts[2] in declared:
                     declared[parts[2]].help = helps[parts[2]]
             continue
         name, labels, _value = _parse_sample(line)
-        fam, suffix = None, ""
+        fam: Family | None = None
+        suffix = ""
         if name in declared:
             fam = declared[name]
             # a counter declared with its _total name: the sample carries the _total suffix
-            if fam.type == "counter" and fam.type_line_name.endswith("_total"):
+            if fam.type == "counter" and name.endswith("_total"):
                 suffix = "_total"
         else:
             for sfx in _SUFFIXES:
@@ -205,8 +206,8 @@ def parse_exposition(text: str) -> dict[str, Family]:
         for key, val in plain.items():
             fam.label_values.setdefault(key, set()).add(val)
         if suffix == "_bucket" and "le" in labels:
-            key = (fam.name, tuple(sorted(plain.items())))
-            series_buckets.setdefault(key, []).append(_parse_le(labels["le"]))
+            series = (fam.name, tuple(sorted(plain.items())))
+            series_buckets.setdefault(series, []).append(_parse_le(labels["le"]))
 
     for (fname, _labels), bounds in series_buckets.items():
         fam = families[fname]
@@ -214,6 +215,14 @@ def parse_exposition(text: str) -> dict[str, Family]:
         fam.bucket_sets.add(bset)
         fam.buckets = tuple(sorted(set(fam.buckets or ()) | set(bset)))
     return families
+
+
+def iter_samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Every sample of an exposition as (name, labels, value)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            yield _parse_sample(line)
 
 
 def check_parses(text: str) -> str | None:
@@ -249,51 +258,59 @@ def _fmt_set(values: Iterable[str]) -> str:
     return "{" + ", ".join(sorted(values)) + "}" if values else "{}"
 
 
+def _label_names_diff(name: str, ref: Family, cand: Family) -> Difference | None:
+    if ref.label_names == cand.label_names:
+        return None
+    missing, extra = ref.label_names - cand.label_names, cand.label_names - ref.label_names
+    detail = "; ".join(part for part in (f"missing {_fmt_set(missing)}" if missing else "",
+                                         f"extra {_fmt_set(extra)}" if extra else "") if part)
+    return Difference(name, "labels", _fmt_set(ref.label_names), f"{_fmt_set(cand.label_names)} ({detail})")
+
+
+def _buckets_diff(name: str, ref: Family, cand: Family) -> Difference | None:
+    if ref.buckets == cand.buckets:
+        if len(cand.bucket_sets) > 1:
+            return Difference(name, "buckets", "one bound list for every series",
+                              f"{len(cand.bucket_sets)} different bound lists across series")
+        return None
+    notes: list[str] = []
+    if ref.buckets and cand.buckets:
+        missing = sorted(set(ref.buckets) - set(cand.buckets))
+        extra = sorted(set(cand.buckets) - set(ref.buckets))
+        if missing:
+            notes.append("missing " + _fmt_bounds(missing))
+        if extra:
+            notes.append("extra " + _fmt_bounds(extra))
+    shown = _fmt_bounds(cand.buckets or ()) + (f" ({'; '.join(notes)})" if notes else "")
+    return Difference(name, "buckets", _fmt_bounds(ref.buckets or ()), shown)
+
+
 def compare_family(ref: Family | None, cand: Family | None, name: str,
                    enum_labels: Iterable[str] = ()) -> list[Difference]:
-    diffs: list[Difference] = []
-    if ref is None and cand is None:
-        return [Difference(name, "presence", "absent", "absent")]
+    """How ``cand`` differs from ``ref`` (the family called ``name`` in both expositions)."""
     if ref is None or cand is None:
-        return [Difference(name, "presence", "present" if ref else "absent",
-                           "present" if cand else "absent")]
+        return [Difference(name, "presence", "present" if ref else "absent", "present" if cand else "absent")]
+    diffs: list[Difference] = []
     if ref.type != cand.type:
         diffs.append(Difference(name, "type", ref.type, cand.type))
     if ref.type_line_name != cand.type_line_name:
         diffs.append(Difference(name, "type_line_name", f"# TYPE {ref.type_line_name}",
                                 f"# TYPE {cand.type_line_name}"))
     if ref.sample_suffixes != cand.sample_suffixes:
-        diffs.append(Difference(name, "samples",
-                                _fmt_set(name + s for s in ref.sample_suffixes),
+        diffs.append(Difference(name, "samples", _fmt_set(name + s for s in ref.sample_suffixes),
                                 _fmt_set(name + s for s in cand.sample_suffixes)))
-    if ref.label_names != cand.label_names:
-        missing = ref.label_names - cand.label_names
-        extra = cand.label_names - ref.label_names
-        detail = "; ".join(p for p in (f"missing {_fmt_set(missing)}" if missing else "",
-                                       f"extra {_fmt_set(extra)}" if extra else "") if p)
-        diffs.append(Difference(name, "labels", _fmt_set(ref.label_names),
-                                f"{_fmt_set(cand.label_names)} ({detail})"))
+    labels = _label_names_diff(name, ref, cand)
+    if labels:
+        diffs.append(labels)
     for label in enum_labels:
-        rv, cv = ref.label_values.get(label), cand.label_values.get(label)
-        if rv is not None and cv is not None and rv != cv:
-            diffs.append(Difference(name, "label_values", f"{label}={_fmt_set(rv)}",
-                                    f"{label}={_fmt_set(cv)}"))
-    if ref.type == "histogram" or cand.type == "histogram":
-        if ref.buckets != cand.buckets:
-            detail = []
-            if ref.buckets and cand.buckets:
-                missing = sorted(set(ref.buckets) - set(cand.buckets))
-                extra = sorted(set(cand.buckets) - set(ref.buckets))
-                if missing:
-                    detail.append("missing " + _fmt_bounds(missing))
-                if extra:
-                    detail.append("extra " + _fmt_bounds(extra))
-            diffs.append(Difference(name, "buckets", _fmt_bounds(ref.buckets or ()),
-                                    _fmt_bounds(cand.buckets or ()) +
-                                    (f" ({'; '.join(detail)})" if detail else "")))
-        elif len(cand.bucket_sets) > 1:
-            diffs.append(Difference(name, "buckets", "one bound list for every series",
-                                    f"{len(cand.bucket_sets)} different bound lists across series"))
+        ref_values, cand_values = ref.label_values.get(label), cand.label_values.get(label)
+        if ref_values is not None and cand_values is not None and ref_values != cand_values:
+            diffs.append(Difference(name, "label_values", f"{label}={_fmt_set(ref_values)}",
+                                    f"{label}={_fmt_set(cand_values)}"))
+    if "histogram" in (ref.type, cand.type):
+        buckets = _buckets_diff(name, ref, cand)
+        if buckets:
+            diffs.append(buckets)
     return diffs
 
 
@@ -338,7 +355,8 @@ def check_expected_types(text: str, expected: Mapping[str, str] = HEADROOM_FAMIL
 
 def split_sections(text: str, marker: str = "# =====") -> list[str]:
     """Split a multi-scrape file (such as the reference sample) into its scrapes."""
-    sections, current = [], []
+    sections: list[str] = []
+    current: list[str] = []
     for line in text.splitlines():
         if line.startswith(marker):
             sections.append("\n".join(current) + "\n")

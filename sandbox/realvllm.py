@@ -119,7 +119,7 @@ def _noise(line: str) -> bool:
     return line.startswith("WARNING: Location 'file://") and "is neither a file nor a directory" in line
 
 
-def _run(cmd: Sequence[str], log: Log) -> None:
+def _run(cmd: Sequence[str | Path], log: Log) -> None:
     """Run a command, streaming its output minus pip's local-index noise; raise on failure."""
     log("$ " + " ".join(str(c) for c in cmd))
     proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -51,7 +51,11 @@ def server(request: pytest.FixtureRequest, models: dict[str, str]) -> tuple[str,
 
 
 def _post(url: str, body: dict, **kwargs) -> requests.Response:
-    response = requests.post(url, json=body, timeout=TIMEOUT, **kwargs)
+    try:
+        response = requests.post(url, json=body, timeout=TIMEOUT, **kwargs)
+    except requests.ConnectionError as exc:
+        # Real vLLM (uvicorn, listen backlog 2048) takes a burst of 30 connections in its stride.
+        pytest.fail(f"{url}: the connection failed under concurrent load: {exc}")
     assert response.status_code == 200, f"{url}: {response.status_code} {response.text[:500]}"
     return response
 
@@ -77,8 +81,9 @@ def _complete(base: str, model: str, max_tokens: int, *, stream: bool = False, c
     body.update(stream=True, stream_options={"include_usage": True})
     response = _post(base + path, body, stream=True)
     assert response.headers["content-type"].startswith("text/event-stream")
-    chunks, usage, finish, done = 0, None, None, False
-    for line in response.iter_lines(decode_unicode=True):
+    chunks, usage, finish, done, streamed_model = 0, None, None, False, None
+    for raw in response.iter_lines():
+        line = raw.decode()
         if not line:
             continue
         assert line.startswith("data: "), line
@@ -87,6 +92,7 @@ def _complete(base: str, model: str, max_tokens: int, *, stream: bool = False, c
             done = True
             break
         event = json.loads(payload)
+        streamed_model = event["model"]
         if event.get("usage") and not event["choices"]:
             usage = event["usage"]
             continue
@@ -95,7 +101,8 @@ def _complete(base: str, model: str, max_tokens: int, *, stream: bool = False, c
         finish = choice.get("finish_reason") or finish
     assert done, "the stream did not end with [DONE]"
     assert usage is not None, "no usage chunk although include_usage was asked"
-    return {"tokens": usage["completion_tokens"], "finish_reason": finish, "model": model, "chunks": chunks}
+    return {"tokens": usage["completion_tokens"], "finish_reason": finish, "model": streamed_model,
+            "chunks": chunks}
 
 
 def _metrics(base: str) -> str:
@@ -107,20 +114,10 @@ def _metrics(base: str) -> str:
 
 def _value(text: str, sample: str, **labels: str) -> float:
     """Sum of the samples named `sample` whose labels include `labels`."""
-    total, found = 0.0, False
-    for family in _samples(text):
-        name, got, value = family
-        if name == sample and all(got.get(k) == v for k, v in labels.items()):
-            total += value
-            found = True
-    assert found, f"no sample {sample}{labels}"
-    return total
-
-
-def _samples(text: str):
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            yield mc._parse_sample(line)
+    values = [value for name, got, value in mc.iter_samples(text)
+              if name == sample and all(got.get(k) == v for k, v in labels.items())]
+    assert values, f"no sample {sample}{labels}"
+    return sum(values)
 
 
 # --------------------------------------------------------------------------------- API
@@ -254,7 +251,7 @@ def test_the_reference_sample_still_describes_real_vllm(bursts: dict[str, dict])
 
 def _sleep_state(base: str) -> dict[str, float]:
     text = _metrics(base)
-    return {labels["sleep_state"]: value for name, labels, value in _samples(text)
+    return {labels["sleep_state"]: value for name, labels, value in mc.iter_samples(text)
             if name == "vllm:engine_sleep_state"}
 
 
