@@ -31,6 +31,9 @@ def register(sandbox: Sandbox) -> str:
             cluster.kube_api_url = sandbox.cluster.url
             cluster.prometheus_url = sandbox.prometheus.url if sandbox.prometheus else ""
             cluster.region = "local"
+            # Prices from the simulator's profiles, so cost reports work on the sandbox too.
+            cluster.gpu_prices = {**cluster.gpu_prices, **{
+                spec.profile.gpu_type: {"on_demand": spec.profile.gpu_hour_usd} for spec in sandbox.specs}}
             cluster.full_clean()
             cluster.save()
             for spec in sandbox.specs:

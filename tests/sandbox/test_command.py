@@ -86,6 +86,7 @@ def test_it_registers_the_cluster_and_pools_idempotently() -> None:
         register(sandbox)
         cluster = Cluster.objects.get(name="sandbox")
         assert cluster.kube_api_url == sandbox.cluster.url
+        assert set(cluster.prices) == {spec.profile.gpu_type for spec in sandbox.specs}
         pools = list(Pool.objects.filter(cluster=cluster).order_by("name"))
         assert [p.deployment for p in pools] == sorted(spec.name for spec in sandbox.specs)
         assert {p.route_name for p in pools} == {"sandbox-route"}
