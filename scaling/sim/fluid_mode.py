@@ -52,6 +52,13 @@ def random_wait(load: np.ndarray, service_s: np.ndarray, service_scv: float) -> 
     return rho, service_s * (1 + service_scv) / 2 / (1 - rho)
 
 
+def _same_input_until(requests: np.ndarray, prompt_tokens: np.ndarray) -> list[int]:
+    """For each step, the first later step whose input differs from it."""
+    changes = np.flatnonzero((np.diff(requests) != 0) | (np.diff(prompt_tokens) != 0)) + 1
+    changes = np.append(changes, len(requests))
+    return changes[np.searchsorted(changes, np.arange(len(requests)), side="right")].tolist()
+
+
 def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progress: ProgressFn | None = None) -> SimResult:
     started = time.perf_counter()
     profile, client = config.profile, config.client
@@ -94,22 +101,30 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
     ready = replicas.ready_count
     last_report = time.perf_counter()
+    same_until = _same_input_until(bins.requests, bins.prompt_tokens)
+    # A steady run: steps that started every arrival at once with the same batch latency. When the
+    # next steps bring the same input, they repeat the last one exactly and are filled in at once.
+    run_started = run_itl = run_top = -1.0
+    run_len = 0
 
     next_control_step = 0
     t = 0
-    for t in range(horizon):
+    while t < horizon:
         if t >= n_steps and backlog_s <= 1e-9 and decoding <= 1e-9 and not retry_in:
             break
         decoding -= decode_done[t]
         if t >= next_control_step:
             now = t * step_s
+            if progress is not None and time.perf_counter() - last_report > 2.0:
+                progress(now, n_steps * step_s)
+                last_report = time.perf_counter()
             if now >= next_ready:
                 replicas.promote_due(now)
                 ready = replicas.ready_count
             if now >= next_tick:
                 busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
                 observation = Observation(
-                    now, replicas.ready_count, len(replicas.starting), replicas.desired_count, max(0.0, waiting),
+                    now, replicas.ready_count, replicas.starting_count, replicas.desired_count, max(0.0, waiting),
                     max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s,
                 )
                 samples.append(observation)
@@ -123,6 +138,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
 
         arriving, work = requests_in[t], work_in[t]
         if arriving == 0.0 and backlog_s <= 0.0 and decoding <= 0.0 and not retry_in:
+            t += 1
             continue
         capacity = ready * step_s
         if ready:  # mean backlog over the step: work arrives at a constant rate, `ready` GPUs drain it
@@ -135,6 +151,36 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
             itl = itl_by_batch[batch if batch < slots else slots]
         else:
             wait, itl = next_ready - t * step_s + backlog_s, itl_by_batch[1]
+        top = decoding
+        if (
+            run_len > itl * mean_output / step_s + 2
+            and arriving > 0.0 and arriving == run_started and itl == run_itl and abs(top - run_top) <= 1e-9 * (1.0 + top)
+            and backlog_s <= 0.0 and wait == 0.0 and not clients_act and not retry_in
+        ):
+            skip = min(same_until[t], next_control_step, n_steps) - t
+            if skip >= 2:
+                decode_steps = itl * mean_output / step_s
+                whole = int(decode_steps)
+                late_share = decode_steps - whole
+                end = t + skip
+                for s in range(max(t, end - whole - 2), end):  # decode exits that land after the run
+                    finish = s + 1 + whole if s + 2 + whole <= horizon else horizon - 1
+                    if finish >= end:
+                        decode_done[finish] += arriving * (1 - late_share)
+                    if finish + 1 >= end:
+                        decode_done[finish + 1] += arriving * late_share
+                served_first_try[t:end] = [arriving] * skip
+                service[t:end] = [work / arriving] * skip
+                itl_at[t:end] = [itl] * skip
+                for s in range(t, end):
+                    smoothed_work += (work - smoothed_work) * smoothing
+                    load[s] = smoothed_work / capacity
+                tick_sent += arriving * skip
+                tick_work += work * skip
+                decoding = top + arriving
+                prefilling = work / step_s
+                t = end
+                continue
         first_try = arriving
         if clients_act or retry_in:
             abandoning -= leaves_queue[t]
@@ -192,16 +238,49 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
             finish = t + 1 + whole if t + 2 + whole <= horizon else horizon - 1
             decode_done[finish] += started_n * (1 + whole - decode_steps)
             decode_done[finish + 1] += started_n * (decode_steps - whole)
-        if progress is not None and not t & 0xFFFF and time.perf_counter() - last_report > 2.0:
-            progress(t * step_s, n_steps * step_s)
-            last_report = time.perf_counter()
-    else:
-        t = horizon
+        if started_n == arriving and backlog_s <= 0.0 and started_n == run_started and itl == run_itl:
+            run_len = run_len + 1 if abs(top - run_top) <= 1e-9 * (1.0 + top) else 1
+        else:
+            run_len = 1 if started_n == arriving and backlog_s <= 0.0 else 0
+            run_started, run_itl = started_n, itl
+        run_top = top
+        t += 1
 
     steps = _Steps(served_first_try[:t], backlog_wait[:t], load[:t], service[:t], itl_at[:t])
     end_s = max(t, n_steps) * step_s
     return _score(policy.name, config, workload, steps, prompt_sample, output_sample, timed_out, rejected, retries,
                   replicas, end_s, samples, started)
+
+
+LOAD_RESOLUTION = 1e-3  # smoothed load is rounded to this before scoring, so steady stretches merge
+
+
+@dataclass
+class _MergedSteps:
+    served_first_try: np.ndarray
+    backlog_wait_s: np.ndarray
+    load: np.ndarray
+    service_s: np.ndarray
+    itl_s: np.ndarray
+
+
+def _merge_repeats(steps: _Steps) -> _MergedSteps:
+    """Steps with requests, consecutive identical ones merged (their requests added up).
+
+    Two weeks at 1 s are a million steps, but long stretches repeat the same latency inputs."""
+    first_try = np.array(steps.served_first_try)
+    active = first_try > 0
+    columns = [
+        np.array(steps.backlog_wait_s)[active],
+        np.round(np.array(steps.load)[active] / LOAD_RESOLUTION) * LOAD_RESOLUTION,
+        np.array(steps.service_s)[active],
+        np.array(steps.itl_s)[active],
+    ]
+    first_try = first_try[active]
+    if len(first_try) == 0:
+        return _MergedSteps(first_try, *columns)
+    starts = np.flatnonzero(np.concatenate([[True], np.any(np.diff(np.stack(columns)) != 0, axis=0)]))
+    return _MergedSteps(np.add.reduceat(first_try, starts), *(column[starts] for column in columns))
 
 
 def _schedule_retries(
@@ -232,12 +311,10 @@ def _score(
 ) -> SimResult:
     profile = config.profile
     offered = workload.expected_requests
-    first_try = np.array(steps.served_first_try)
-    active = first_try > 0
-    backlog_wait = np.array(steps.backlog_wait_s)[active]
-    itl = np.array(steps.itl_s)[active]
+    steps_in = _merge_repeats(steps)
+    first_try, backlog_wait, itl = steps_in.served_first_try, steps_in.backlog_wait_s, steps_in.itl_s
     scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
-    probability, mean = random_wait(np.array(steps.load)[active], np.array(steps.service_s)[active], scv)
+    probability, mean = random_wait(steps_in.load, steps_in.service_s, scv)
     # Each step's requests: TTFT_POINTS quantiles of the random wait, each paired with a
     # prompt-length quantile (a fixed shuffle, so the two are sampled independently).
     levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
@@ -248,13 +325,13 @@ def _score(
     rate = profile.prefill_tokens_per_s
     sorted_prompt = np.sort(prompt_sample)
     share_within = np.searchsorted(sorted_prompt, (config.slo_ttft_s - wait) * rate, side="right") / len(sorted_prompt)
-    within_slo = float(np.sum(first_try[active, None] / TTFT_POINTS * share_within))
+    within_slo = float(np.sum(first_try[:, None] / TTFT_POINTS * share_within))
 
     shuffle = np.random.default_rng(0).permutation(TTFT_POINTS)
     ttft_points = wait + np.quantile(prompt_sample, levels)[shuffle][None, :] / rate
     output_points = np.quantile(output_sample, levels)[np.roll(shuffle, 1)]
     e2e_points = ttft_points + itl[:, None] * np.maximum(output_points[None, :] - 1, 0)
-    weights = np.repeat(first_try[active] / TTFT_POINTS, TTFT_POINTS)
+    weights = np.repeat(first_try / TTFT_POINTS, TTFT_POINTS)
     served = max(0.0, offered - timed_out - rejected)
     return SimResult(
         policy=policy_name,

@@ -51,6 +51,8 @@ class ReplicaSet:
         self.replicas: list[Replica] = []
         self.ready_ids: list[int] = []  # routing order is by id; kept sorted
         self._starting: list[Replica] = []  # kept apart: a long replay creates thousands of replicas
+        self._next_ready_at = math.inf
+        self._normals: list[float] = []  # cold-start draws, taken from the generator in blocks
         self.cold_starts = 0
 
     def start_warm(self, count: int, now: float = 0.0) -> None:
@@ -65,6 +67,10 @@ class ReplicaSet:
         return list(self._starting)
 
     @property
+    def starting_count(self) -> int:
+        return len(self._starting)
+
+    @property
     def ready_count(self) -> int:
         return len(self.ready_ids)
 
@@ -73,7 +79,10 @@ class ReplicaSet:
         return self.ready_count + len(self._starting)
 
     def next_ready_at(self) -> float:
-        return min((r.ready_at for r in self._starting), default=math.inf)
+        return self._next_ready_at
+
+    def _starting_changed(self) -> None:
+        self._next_ready_at = min((r.ready_at for r in self._starting), default=math.inf)
 
     def promote_due(self, now: float) -> list[int]:
         """Move every starting replica whose cold start is over to ready; returns their ids."""
@@ -82,6 +91,7 @@ class ReplicaSet:
             for replica_id in promoted:
                 self.replicas[replica_id].state = ReplicaState.READY
             self._starting = [r for r in self._starting if r.state is ReplicaState.STARTING]
+            self._starting_changed()
             self.ready_ids = sorted(self.ready_ids + promoted)
         return promoted
 
@@ -92,12 +102,14 @@ class ReplicaSet:
             for _ in range(change):
                 self._starting.append(self._new(now, now + self._draw_cold_start_s()))
                 self.cold_starts += 1
+            self._starting_changed()
             return []
         removed: list[int] = []
         for replica in sorted(self._starting, key=lambda r: -r.requested_at)[: -change]:
             replica.state, replica.gone_at = ReplicaState.GONE, now
             self._starting.remove(replica)
             change += 1
+        self._starting_changed()
         if change < 0:
             by_free_first = sorted(self.ready_ids, key=last_request_end)[: -change]
             for replica_id in by_free_first:
@@ -136,4 +148,6 @@ class ReplicaSet:
         sigma = self.cold_start.sigma
         if sigma == 0.0:
             return self.cold_start.p50_s
-        return float(self.cold_start.p50_s * math.exp(sigma * self.rng.standard_normal()))
+        if not self._normals:
+            self._normals = self.rng.standard_normal(1024).tolist()[::-1]
+        return float(self.cold_start.p50_s * math.exp(sigma * self._normals.pop()))

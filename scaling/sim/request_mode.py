@@ -161,7 +161,7 @@ def run_request_mode(
         observation = Observation(
             now=now,
             ready_replicas=ready,
-            starting_replicas=len(replicas.starting),
+            starting_replicas=replicas.starting_count,
             desired_replicas=replicas.desired_count,
             queue_depth=float(waiting + len(router_queue)),
             running=float(running),
