@@ -77,14 +77,21 @@ class PrometheusLauncher:
         self.set_targets(self._targets)
         config = self.dir / "prometheus.yml"
         config.write_text(self._config())
-        self.port = free_port()
-        log = (self.dir / "prometheus.log").open("wb")
-        self._process = subprocess.Popen(
-            [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=15d",
-             "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self._wait_ready()
+        for attempt in range(3):  # another process may take the free port before Prometheus binds it
+            self.port = free_port()
+            with (self.dir / "prometheus.log").open("wb") as log:
+                self._process = subprocess.Popen(
+                    [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
+                     f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=15d",
+                     "--log.level=warn"],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                self._wait_ready()
+                return self
+            except PrometheusError:
+                if attempt == 2 or "address already in use" not in self._log_tail():
+                    self.stop()
+                    raise
         return self
 
     def stop(self) -> None:
@@ -130,7 +137,6 @@ class PrometheusLauncher:
             except requests.RequestException:
                 pass
             time.sleep(0.2)
-        self.stop()
         raise PrometheusError(f"prometheus was not ready within {STARTUP_TIMEOUT_S:.0f} s")
 
     def _log_tail(self) -> str:

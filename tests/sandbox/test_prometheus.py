@@ -13,7 +13,7 @@ from scaling.sim.profiles import PoolProfile
 from sandbox.fleet import Fleet
 from sandbox.history import history_openmetrics
 from sandbox.kube.cluster import PoolSpec
-from sandbox.prometheus import PrometheusLauncher
+from sandbox.prometheus import PrometheusError, PrometheusLauncher
 from sandbox.scenarios import scenario_trace
 from sandbox.replica import wait_until
 
@@ -103,5 +103,14 @@ def test_it_backfills_history_that_promql_reads_like_live_data(small_profile: Po
         p95 = at('histogram_quantile(0.95, sum by (le) (rate(vllm:e2e_request_latency_seconds_bucket[5m])))', 60)
         assert 0.5 < p95 < 60
         assert at("sum by (model_name) (vllm:num_requests_waiting)", 300) >= 0
+    finally:
+        launcher.stop()
+
+
+def test_it_says_how_to_install_a_missing_binary(tmp_path) -> None:
+    launcher = PrometheusLauncher(binary=str(tmp_path / "prometheus"))
+    try:
+        with pytest.raises(PrometheusError, match="apt-get install -y prometheus"):
+            launcher.start()
     finally:
         launcher.stop()

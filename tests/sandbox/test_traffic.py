@@ -58,6 +58,15 @@ def test_it_splits_traffic_by_httproute_weights(gateway: Gateway, cluster: Sandb
     assert _served_by(gateway, 5) == {"small"}
 
 
+def test_it_streams_through_the_route(gateway: Gateway) -> None:
+    response = requests.post(gateway.url + "/v1/chat/completions", stream=True, timeout=10, json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True})
+    events = [line for line in response.iter_lines() if line.startswith(b"data: ")]
+    assert response.headers["x-sandbox-pool"] == "big"
+    assert events[-1] == b"data: [DONE]"
+    assert len(events) >= 3  # role, content, finish, [DONE]
+
+
 def test_it_answers_503_when_the_chosen_pool_has_no_ready_replica(gateway: Gateway, cluster: SandboxCluster) -> None:
     apps = client.AppsV1Api(client.ApiClient(client.Configuration(host=cluster.url)))
     apps.patch_namespaced_deployment_scale("big", NS, {"spec": {"replicas": 0}})
