@@ -42,6 +42,7 @@ demo: install migrate
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/sandbox_realvllm)
 DB_TESTS := $(wildcard tests/core tests/scaling tests/incidents)
 SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration)
+# The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.
 REAL_VLLM_TESTS := $(wildcard tests/realvllm)
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 
@@ -56,8 +57,10 @@ test-db: install
 test-services: install system-deps
 	$(if $(SERVICE_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(SERVICE_TESTS),@echo "no service tests")
 
-test-realvllm: install
-	$(if $(REAL_VLLM_TESTS),@echo "real vLLM tier: not wired yet",@echo "no real vLLM tests")
+# A real vLLM server on the CPU, in its own virtualenv (.cache/vllm-venv): see docs/real-vllm.md.
+test-realvllm: install system-deps
+	$(if $(REAL_VLLM_TESTS),$(BIN)/python -m sandbox.realvllm install,@echo "no real vLLM tests")
+	$(if $(REAL_VLLM_TESTS),$(PYTEST) -m real_vllm $(REAL_VLLM_TESTS),)
 
 bench: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -9,6 +9,8 @@ from typing import Any
 class QuietHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # A burst of clients must queue, not be reset: the stdlib default backlog is 5 (vLLM's is 2048).
+    request_queue_size = 1024
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]
