@@ -83,7 +83,8 @@ class _Families:
                   "vllm:kv_cache_usage_perc": sum(m.kv_cache_usage * m.kv_cache_tokens for m in metrics) / kv_capacity}
         for name in GAUGES:
             self.add(name, f"{name}{{{labels}}} {values[name]} {at}")
-        self.add("vllm:prompt_tokens", f"vllm:prompt_tokens_total{{{labels}}} {sum(m.prompt_tokens for m in metrics)} {at}")
+        prompt_tokens = sum(m.prompt_tokens for m in metrics)
+        self.add("vllm:prompt_tokens", f"vllm:prompt_tokens_total{{{labels}}} {prompt_tokens} {at}")
         self.add("vllm:generation_tokens",
                  f"vllm:generation_tokens_total{{{labels}}} {sum(m.generation_tokens for m in metrics)} {at}")
         for reason in FINISHED_REASONS:

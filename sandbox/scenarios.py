@@ -50,7 +50,8 @@ def _looped(path: Path) -> Iterator[TraceRequest]:
         offset += last + 1.0
 
 
-def scenario_trace(name: str, pools: int, traces_dir: Path | None = None, seed: int = 0) -> Iterator[TraceRequest] | None:
+def scenario_trace(name: str, pools: int, traces_dir: Path | None = None,
+                   seed: int = 0) -> Iterator[TraceRequest] | None:
     """The scenario's endless request stream, or None for `idle`. ValueError on an unknown name."""
     base = BASE_RPS_PER_POOL * max(1, pools)
     if name == "idle":

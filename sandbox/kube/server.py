@@ -299,7 +299,8 @@ def to_scale(deployment: Object) -> Object:
 
 def from_scale(deployment: Object, scale: Object) -> Object:
     if not isinstance(scale, dict) or not isinstance(scale.get("spec"), dict):
-        raise ApiError(422, "Scale.autoscaling \"%s\" is invalid: spec: Required value" % deployment["metadata"]["name"])
+        name = deployment["metadata"]["name"]
+        raise ApiError(422, f'Scale.autoscaling "{name}" is invalid: spec: Required value')
     deployment["spec"]["replicas"] = scale["spec"].get("replicas")
     deployment["metadata"]["resourceVersion"] = (scale.get("metadata") or {}).get("resourceVersion")
     return deployment

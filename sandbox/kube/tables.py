@@ -45,6 +45,11 @@ def _restarts(pod: Object) -> int:
     return sum(s.get("restartCount", 0) for s in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
+def _deployment_ready(deployment: Object) -> str:
+    ready = (deployment.get("status") or {}).get("readyReplicas", 0)
+    return f"{ready}/{deployment['spec'].get('replicas', 1)}"
+
+
 def _weights(route: Object) -> str:
     refs = [ref for rule in route["spec"].get("rules") or [] for ref in rule.get("backendRefs") or []]
     return ",".join(f"{ref['name']}={ref.get('weight', 1)}" for ref in refs)
@@ -55,7 +60,7 @@ AGE: Column = ("Age", "string", _age)
 COLUMNS: dict[str, list[Column]] = {
     res.DEPLOYMENTS.key: [
         NAME,
-        ("Ready", "string", lambda d: f"{(d.get('status') or {}).get('readyReplicas', 0)}/{d['spec'].get('replicas', 1)}"),
+        ("Ready", "string", _deployment_ready),
         ("Up-to-date", "integer", lambda d: (d.get("status") or {}).get("updatedReplicas", 0)),
         ("Available", "integer", lambda d: (d.get("status") or {}).get("availableReplicas", 0)),
         AGE,

@@ -34,20 +34,24 @@ def api(cluster: SandboxCluster) -> client.ApiClient:
     return client.ApiClient(client.Configuration(host=cluster.url))
 
 
+def _pods(api: client.ApiClient, name: str) -> list[client.V1Pod]:
+    selector = f"app.kubernetes.io/instance={name}"
+    return client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=selector).items
+
+
 def _ready_pods(api: client.ApiClient, name: str) -> list[str]:
-    pods = client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"app.kubernetes.io/instance={name}")
-    return [pod.metadata.name for pod in pods.items
+    return [pod.metadata.name for pod in _pods(api, name)
             if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)]
 
 
 def test_it_scales_a_deployment_and_pods_turn_ready_after_the_cold_start(api: client.ApiClient) -> None:
-    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps = client.AppsV1Api(api)
     names = [d.metadata.name for d in apps.list_namespaced_deployment(NS).items]
     assert names == ["chat", "chat-small"]
 
     scale = apps.patch_namespaced_deployment_scale("chat", NS, {"spec": {"replicas": 3}})
     assert scale.spec.replicas == 3
-    assert wait_until(lambda: len(core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/instance=chat").items) == 3, 2)
+    assert wait_until(lambda: len(_pods(api, "chat")) == 3, 2)
     assert len(_ready_pods(api, "chat")) < 3  # the new two are still loading their model
     assert wait_until(lambda: len(_ready_pods(api, "chat")) == 3, 4)
     status = apps.read_namespaced_deployment("chat", NS).status
@@ -56,7 +60,7 @@ def test_it_scales_a_deployment_and_pods_turn_ready_after_the_cold_start(api: cl
     read = apps.read_namespaced_deployment_scale("chat", NS)
     read.spec.replicas = 1
     apps.replace_namespaced_deployment_scale("chat", NS, read)
-    assert wait_until(lambda: len(core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/instance=chat").items) == 1, 2)
+    assert wait_until(lambda: len(_pods(api, "chat")) == 1, 2)
 
 
 def test_it_answers_409_to_a_write_with_a_stale_resource_version(api: client.ApiClient) -> None:
@@ -79,7 +83,8 @@ def test_it_answers_409_to_a_write_with_a_stale_resource_version(api: client.Api
 def test_it_patches_httproute_weights_with_merge_and_json_patch(api: client.ApiClient, cluster: SandboxCluster) -> None:
     custom = client.CustomObjectsApi(api)
     route = custom.get_namespaced_custom_object(*ROUTE)
-    assert [(b["name"], b["weight"]) for b in route["spec"]["rules"][0]["backendRefs"]] == [("chat", 1), ("chat-small", 0)]
+    backends = route["spec"]["rules"][0]["backendRefs"]
+    assert [(b["name"], b["weight"]) for b in backends] == [("chat", 1), ("chat-small", 0)]
 
     rules = route["spec"]["rules"]
     rules[0]["backendRefs"][0]["weight"], rules[0]["backendRefs"][1]["weight"] = 80, 20
