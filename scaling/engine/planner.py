@@ -80,9 +80,9 @@ class PoolPlan:
     scale_up_percent: float = 100.0
     scale_up_period_s: float = 15.0
     scale_down_window_s: float = 300.0  # a removed GPU replica costs a cold start to get back
-    scale_down_pods: int = 1  # per period: max(-pods, -percent); the HPA default after the window
-    scale_down_percent: float = 100.0
-    scale_down_period_s: float = 15.0
+    scale_down_pods: int = 1  # per period: max(-pods, -percent); a quarter a minute at most
+    scale_down_percent: float = 25.0
+    scale_down_period_s: float = 60.0
     # Unknown signals.
     hold_after_unknown_s: float = 60.0
     stale_alert_after_s: float = 90.0

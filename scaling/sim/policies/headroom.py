@@ -2,18 +2,21 @@
 
 Each tick the policy turns the observation into `PoolSignals` (all fresh: the simulator's metrics
 never go missing), forecasts the request rate from the rates it has observed so far (causal: it
-never looks at the workload ahead), and runs the planner. A pre-scale proposal is approved
-automatically `approval_delay_s` after it is made (default 60 s, a human clicking in Slack) and
-then held as a floor until its horizon passes.
+never looks at the workload ahead; `scaling.engine.forecast`, adaptive method, on 60-s bins,
+refreshed every minute) and runs the planner. A pre-scale proposal is approved automatically
+`approval_delay_s` after it is made (default 60 s: a human clicking in Slack) and then held as a
+floor for one scale-down window; the planner proposes again while the rule still holds.
 
-The pool profile: per-replica capacity at the SLO is the simulated replica's prefill and decode
-throughput for the workload's token-length mix (a measured property of the pool, like a load
-test; arrival times are not used), times `utilisation_at_slo`.
+The pool profile: per-replica capacity at the SLO is *measured* like a load test before the pool
+takes traffic: Poisson arrivals with the workload's token-length mix (never its timing) on a few
+simulated replicas, bisecting on the rate that still meets the TTFT objective. The simulator
+exports no latency histogram, so the planner's online latency correction has nothing to learn
+from in replay and stays at 1.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,14 +25,13 @@ from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerSt
 from scaling.engine.queue_depth import QueueDepthPolicy
 from scaling.engine.rate_series import from_values
 from scaling.engine.signals import PoolSignals, Reading
-from scaling.sim.config import SimConfig, effective_slots
+from scaling.sim.config import ClientConfig, SimConfig
 from scaling.sim.policies.base import Observation
 from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.workload import Workload
 
-UTILISATION_AT_SLO = 0.8  # share of raw throughput one replica sustains within the TTFT SLO
+CAPACITY_BISECTION_STEPS = 7
 HISTORY_S = 6 * 3600.0  # observed rates kept for forecasting
-LATENCY_WINDOW_S = 300.0
 
 
 def fresh(value: float) -> Reading:
@@ -46,7 +48,6 @@ class HeadroomState:
     forecast_peak: ForecastPoint | None = None
     pending: tuple[float, int, float] | None = None  # (approve at, replicas, expires at)
     approved: tuple[int, float] | None = None  # (replicas, until)
-    waits_s: list[float] = field(default_factory=list)  # queue-time estimates at recent ticks
     decisions: list[Decision] = field(default_factory=list)
     keep_decisions: bool = False
 
@@ -57,6 +58,7 @@ class HeadroomPolicy:
     approval_delay_s: float = 60.0
     forecast_every_s: float = 60.0
     forecast_bin_s: float = 60.0  # observed rates are averaged into bins this wide before forecasting
+    peak_window_s: float = 1800.0  # the recent peak that bounds the forecast's upper band
     name: str = "headroom"
     tick_s: float = 15.0
 
@@ -81,17 +83,6 @@ class HeadroomPolicy:
         return target
 
     # -------------------------------------------------------------------------------------
-    def _observed_ttft_p95(self, observation: Observation, state: HeadroomState) -> Reading:
-        # The simulator exports no latency histogram; estimate each tick's queue time from the
-        # queue in front of the ready replicas (work ahead / replicas), and take the p95 of the
-        # last LATENCY_WINDOW_S of estimates, as histogram_quantile over a rate window would.
-        if observation.ready_replicas == 0:
-            return Reading()
-        service_s = self.pool.unloaded_latency_s
-        state.waits_s.append(observation.queue_depth * service_s / observation.ready_replicas + service_s)
-        del state.waits_s[: max(0, len(state.waits_s) - int(LATENCY_WINDOW_S / self.tick_s))]
-        return fresh(float(np.quantile(state.waits_s, 0.95)))
-
     def _inputs(self, now: float, observation: Observation, state: HeadroomState) -> PlanInput:
         signals = PoolSignals(
             pool="sim",
@@ -102,15 +93,20 @@ class HeadroomPolicy:
             ready_replicas=fresh(observation.ready_replicas),
             arriving_replicas=fresh(observation.starting_replicas),
             desired_replicas=fresh(observation.desired_replicas),
-            ttft_p95_s=self._observed_ttft_p95(observation, state),
         )
         cold_start = self.pool.cold_start_p95_s
         ready_in = tuple(max(0.0, at + cold_start - now) for at in state.requested_at)
         approved = state.approved[0] if state.approved is not None and now < state.approved[1] else 0
-        recent = state.rates[-max(1, int(self.pool.prescale_horizon_s / self.tick_s)):]
+        return PlanInput(now, signals, ready_in, state.forecast_lead, state.forecast_peak, (), approved,
+                         self._recent_peak_rps(state.rates))
+
+    def _recent_peak_rps(self, rates: list[float]) -> float:
+        """The highest forecast-bin mean rate over the peak window (same smoothing as the forecast)."""
+        recent = np.asarray(rates[-max(1, int(self.peak_window_s / self.tick_s)):])
         per_bin = max(1, int(round(self.forecast_bin_s / self.tick_s)))
-        peak = max(np.convolve(recent, np.ones(per_bin) / per_bin, mode="valid")) if len(recent) >= per_bin else max(recent)
-        return PlanInput(now, signals, ready_in, state.forecast_lead, state.forecast_peak, (), approved, float(peak))
+        if len(recent) < per_bin:
+            return float(recent.max())
+        return float(np.convolve(recent, np.ones(per_bin) / per_bin, mode="valid").max())
 
     def _track_arriving(self, now: float, observation: Observation, state: HeadroomState) -> None:
         # Oldest requests become ready first; a scale-down cancels the newest: keep the newest N.
@@ -147,17 +143,43 @@ class HeadroomPolicy:
             state.pending = (approve_at, proposal.target_replicas, approve_at + self.pool.scale_down_window_s)
 
 
-def pool_plan_for(config: SimConfig, workload: Workload, utilisation_at_slo: float = UTILISATION_AT_SLO) -> PoolPlan:
+def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4, duration_s: float = 600.0) -> float:
+    """Per-replica request rate at which a small pool still meets the TTFT SLO: a load test.
+
+    Poisson arrivals with prompt and output lengths drawn from the workload's token mix (not its
+    timing), served by `replicas` warm replicas of the profile; bisection on the rate for the
+    configured SLO objective. This is how a pool profile is measured before it takes traffic.
+    """
+    from scaling.sim.policies.static import StaticPolicy
+    from scaling.sim.request_mode import run_request_mode
+    from scaling.sim.workload import Trace
+
+    prompt, output = workload.token_sample()
+    rng = np.random.default_rng(config.seed)
+    raw = config.profile.prefill_tokens_per_s / max(float(np.mean(prompt)), 1.0) * replicas
+    load_config = replace(config, client=ClientConfig(), queue_limit=None, min_replicas=replicas, max_replicas=replicas)
+
+    def meets(rate: float) -> bool:
+        count = int(rate * duration_s)
+        arrivals = np.sort(rng.uniform(0, duration_s, count))
+        picks = rng.integers(0, len(prompt), count)
+        trace = Trace("load-test", arrivals, np.asarray(prompt)[picks], np.asarray(output)[picks])
+        return run_request_mode(trace, load_config, StaticPolicy(replicas)).slo_attainment >= config.slo_objective
+
+    low, high = 0.0, raw
+    for _ in range(CAPACITY_BISECTION_STEPS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return max(low, raw * 0.01) / replicas
+
+
+def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | None = None) -> PoolPlan:
     """The planning profile of the simulated pool (see the module docstring)."""
     profile = config.profile
-    prompt, output = workload.token_sample()
-    mean_prompt, mean_output = float(np.mean(prompt)), float(np.mean(output))
-    slots = effective_slots(profile, mean_prompt + mean_output)
-    prefill_rps = profile.prefill_tokens_per_s / max(mean_prompt, 1.0)
-    decode_rps = slots / (max(mean_output, 1.0) * inter_token_seconds(profile, slots))
-    unloaded = mean_prompt / profile.prefill_tokens_per_s + inter_token_seconds(profile, 1)
+    prompt, _ = workload.token_sample()
+    unloaded = float(np.mean(prompt)) / profile.prefill_tokens_per_s + inter_token_seconds(profile, 1)
     return PoolPlan(
-        capacity_rps_per_replica=min(prefill_rps, decode_rps) * utilisation_at_slo,
+        capacity_rps_per_replica=capacity_rps if capacity_rps is not None else measured_capacity_rps(config, workload),
         min_replicas=config.min_replicas,
         max_replicas=config.max_replicas,
         slo_latency_s=config.slo_ttft_s,

@@ -1,0 +1,281 @@
+"""The Headroom planner: table-driven cases for every rule of design.md §6."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from scaling.engine import planner as p
+from scaling.engine.planner import ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow, plan
+from scaling.engine.signals import PoolSignals, Reading
+
+POOL = PoolPlan(capacity_rps_per_replica=10.0, min_replicas=2, max_replicas=40, cold_start_p95_s=90.0,
+                decision_delay_s=30.0, warm_pool_fraction=0.4)
+NOW = 10_000.0
+
+
+def fresh(value: float) -> Reading:
+    return Reading(value, 5.0)
+
+
+def signals(ready: int = 4, arriving: int = 0, desired: int | None = None, queue: float | None = 0.0,
+            rate: float | None = 30.0, age_s: float = 5.0, ttft_p95: float | None = None) -> PoolSignals:
+    def reading(value: float | None) -> Reading:
+        return Reading(value, age_s) if value is not None else Reading()
+
+    return PoolSignals(
+        pool="chat",
+        queue_depth=reading(queue),
+        request_rate_rps=reading(rate),
+        ready_replicas=fresh(ready),
+        arriving_replicas=fresh(arriving),
+        desired_replicas=fresh(ready + arriving if desired is None else desired),
+        ttft_p95_s=reading(ttft_p95),
+    )
+
+
+def inputs(sig: PoolSignals | None = None, lead: tuple[float, float] | None = (30.0, 36.0),
+           peak: tuple[float, float] | None = None, arriving_in: tuple[float, ...] = (), now: float = NOW,
+           windows: tuple[ScheduleWindow, ...] = (), approved: int = 0, recent_peak: float | None = None) -> PlanInput:
+    return PlanInput(
+        now_s=now,
+        signals=sig or signals(),
+        arriving_ready_in_s=arriving_in,
+        forecast_lead=ForecastPoint(120.0, *lead) if lead else None,
+        forecast_peak=ForecastPoint(1800.0, *peak) if peak else None,
+        windows=windows,
+        approved_floor=approved,
+        recent_peak_rps=recent_peak,
+    )
+
+
+def good_state(target: int = 6, known_at: float = NOW - 15) -> PlannerState:
+    return PlannerState(last_known_at_s=known_at, last_good_target=target)
+
+
+# ---------------------------------------------------------------------------- the four terms
+
+
+@pytest.mark.parametrize(
+    ("case", "plan_input", "expected_target", "largest_term"),
+    [
+        ("steady load: the predictive p90 sets the size", inputs(lead=(30.0, 36.0)), 4, p.PREDICTIVE),
+        ("a queue per ready replica above 5 scales up reactively",
+         inputs(signals(ready=4, queue=80.0), lead=(30.0, 36.0)), 8, p.REACTIVE),
+        ("the forecast's p90 at the lead time leads", inputs(lead=(50.0, 75.0)), 8, p.PREDICTIVE),
+        ("an upper band past the recent peak is clipped to it",
+         inputs(lead=(30.0, 400.0), recent_peak=55.0), 6, p.PREDICTIVE),
+        ("no forecast: the reactive term still decides", inputs(signals(ready=4, queue=30.0), lead=None), 6, p.REACTIVE),
+        ("a window starting within the lead time pre-scales by its factor",
+         inputs(windows=(ScheduleWindow(NOW + 100, NOW + 3600, 0.4, expected_rps=100.0),)), 8, p.SCHEDULED),
+        ("a window further out does nothing yet",
+         inputs(windows=(ScheduleWindow(NOW + 600, NOW + 3600, 0.4, expected_rps=100.0),)), 4, p.PREDICTIVE),
+        ("the warm floor: 40 % of the expected peak", inputs(lead=(10.0, 12.0), peak=(150.0, 180.0)), 6, p.WARM_FLOOR),
+        ("an approved pre-scale is held", inputs(approved=12), 8, p.PRESCALE_HOLD),
+    ],
+)
+def test_it_takes_the_largest_term(case, plan_input, expected_target, largest_term):
+    decision = plan(plan_input, POOL, good_state())
+    assert (decision.target_replicas, decision.reasons[0]) == (expected_target, largest_term), case
+    assert decision.binding in {largest_term, p.RATE_LIMITED_UP}, case
+
+
+def test_it_says_why_with_the_numbers_behind_each_term():
+    decision = plan(inputs(signals(ready=4, queue=80.0), lead=(50.0, 75.0), peak=(60.0, 90.0)), POOL, good_state())
+
+    predictive = decision.term(p.PREDICTIVE)
+    assert predictive.replicas == 8
+    assert predictive.numbers["p90_rps"] == 75.0 and predictive.numbers["lead_s"] == 120.0
+    assert predictive.numbers["capacity_rps_per_replica"] == 10.0
+    reactive = decision.term(p.REACTIVE)
+    assert reactive.numbers["waiting_total"] == 80.0 and reactive.numbers["target_waiting_per_replica"] == 5.0
+    assert decision.term(p.WARM_FLOOR).numbers["expected_peak_rps"] == 60.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.target_replicas = 1  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------- arriving replicas
+
+
+@pytest.mark.parametrize(
+    ("case", "ready", "arriving", "arriving_in", "queue", "expected"),
+    [
+        # 8 requested (4 ready + 4 loading), a queue that 8 replicas absorb: no new order.
+        ("arriving replicas absorb the queue: nothing more is ordered", 4, 4, (30.0,) * 4, 40.0, 8),
+        # Without the arriving ones the same queue asks for 8 more than 4.
+        ("the same queue with nothing arriving orders them", 4, 0, (), 40.0, 8),
+        # A queue beyond what the arriving ones absorb orders the difference only.
+        ("a larger queue orders only the difference", 4, 4, (30.0,) * 4, 120.0, 16),
+    ],
+)
+def test_it_credits_arriving_replicas(case, ready, arriving, arriving_in, queue, expected):
+    decision = plan(inputs(signals(ready=ready, arriving=arriving, queue=queue), lead=(10.0, 12.0), arriving_in=arriving_in),
+                    POOL, good_state())
+    assert decision.target_replicas == expected, case
+    assert decision.ready_replicas == ready and decision.arriving_replicas == arriving
+
+
+def test_it_credits_arriving_replicas_at_their_expected_ready_time():
+    decision = plan(inputs(signals(ready=4, arriving=3), arriving_in=(10.0, 60.0, 500.0)), POOL, good_state())
+    # Two of the three are expected ready within the 120-s lead time; the third is late.
+    assert decision.term(p.PREDICTIVE).numbers["arriving_ready_by_lead"] == 2.0
+    # The load needs 4: the newest order is cancelled first (a quarter a minute at most).
+    assert decision.current_replicas == 7 and decision.target_replicas == 6
+
+
+# ---------------------------------------------------------------------------- unknown signals
+
+
+@pytest.mark.parametrize(
+    ("case", "sig", "state", "expected", "hold", "alert", "reason"),
+    [
+        ("queue unknown (empty answer): hold, never scale down",
+         signals(ready=10, queue=None), good_state(target=10, known_at=NOW - 30), 10, True, False, p.SIGNALS_UNKNOWN),
+        ("queue NaN: hold", signals(ready=10, queue=float("nan")), good_state(10, NOW - 30), 10, True, False, p.SIGNALS_UNKNOWN),
+        ("queue stale (> 90 s old): hold", signals(ready=10, age_s=120.0), good_state(10, NOW - 30), 10, True, False,
+         p.SIGNALS_UNKNOWN),
+        ("unknown for 60 s: fall back to the last good target, up from current",
+         signals(ready=4, queue=None), good_state(target=9, known_at=NOW - 60), 8, True, False, p.SIGNALS_FALLBACK),
+        ("unknown for 90 s: the staleness alert fires", signals(ready=10, queue=None), good_state(10, NOW - 90), 10,
+         True, True, p.STALENESS_ALERT),
+        ("never known since start: hold and alert", signals(ready=6, queue=None), PlannerState(), 6, True, True,
+         p.STALENESS_ALERT),
+    ],
+)
+def test_it_never_scales_down_on_unknown_signals(case, sig, state, expected, hold, alert, reason):
+    # The forecast says 2 replicas would do; unknown signals must not follow it down.
+    decision = plan(inputs(sig, lead=(5.0, 6.0)), POOL, state)
+    assert decision.target_replicas == expected, case
+    assert decision.target_replicas >= decision.current_replicas, case
+    assert (decision.hold, decision.staleness_alert) == (hold, alert), case
+    assert reason in decision.reasons, case
+
+
+def test_it_falls_back_to_the_schedule_after_60_s_unknown():
+    window = ScheduleWindow(NOW - 100, NOW + 3600, 0.5, expected_rps=120.0)
+    decision = plan(inputs(signals(ready=6, queue=None), windows=(window,)), POOL, good_state(target=6, known_at=NOW - 75))
+    assert decision.target_replicas == 12  # 6, then rate-limited toward the schedule's 18
+    assert decision.term(p.SCHEDULED).replicas == 18
+    assert p.SIGNALS_FALLBACK in decision.reasons
+
+
+def test_it_keeps_the_last_good_target_across_unknown_ticks():
+    state = good_state(target=9, known_at=NOW - 200)
+    for tick in range(3):
+        decision = plan(inputs(signals(ready=9, queue=None), now=NOW + 15 * tick), POOL, state)
+        state = decision.state
+        assert decision.target_replicas == 9 and decision.staleness_alert
+    assert state.last_good_target == 9
+
+
+def test_it_holds_when_even_the_replica_counts_are_unknown():
+    sig = dataclasses.replace(signals(queue=None), ready_replicas=Reading(), desired_replicas=Reading())
+    decision = plan(inputs(sig), POOL, good_state(target=7, known_at=NOW - 120))
+    assert decision.target_replicas == 7 and decision.current_replicas is None
+    assert p.REPLICAS_UNKNOWN in decision.reasons and decision.staleness_alert
+
+
+# ---------------------------------------------------------------------------- guardrails
+
+
+@pytest.mark.parametrize(
+    ("case", "pool", "plan_input", "state", "expected", "reason"),
+    [
+        ("max replicas caps", dataclasses.replace(POOL, max_replicas=10), inputs(signals(ready=8), lead=(200.0, 250.0)),
+         good_state(), 10, p.CAPPED_MAX),
+        ("scale-up at most max(+4, +100 %) per 15 s", POOL, inputs(signals(ready=3), lead=(200.0, 250.0)), good_state(),
+         7, p.RATE_LIMITED_UP),
+        ("min replicas is a floor", dataclasses.replace(POOL, min_replicas=5),
+         inputs(signals(ready=6, rate=0.0), lead=(0.0, 0.0)), PlannerState(last_known_at_s=NOW - 15), 5, None),
+        ("scale-down waits for the window's highest target", POOL, inputs(signals(ready=10), lead=(10.0, 12.0)),
+         PlannerState(last_known_at_s=NOW - 15, recommendations=((NOW - 200, 10),)), 10, p.STABILIZED_DOWN),
+        ("after the window, at most a quarter a minute", POOL, inputs(signals(ready=12), lead=(10.0, 12.0)),
+         PlannerState(last_known_at_s=NOW - 15, recommendations=((NOW - 400, 12),)), 9, p.RATE_LIMITED_DOWN),
+    ],
+)
+def test_it_applies_the_guardrails(case, pool, plan_input, state, expected, reason):
+    decision = plan(plan_input, pool, state)
+    assert decision.target_replicas == expected, case
+    assert reason is None or reason in decision.reasons, case
+    assert decision.term(p.WARM_FLOOR).replicas >= pool.min_replicas, case
+
+
+def test_it_counts_earlier_scale_ups_against_the_rate_limit():
+    state = good_state()
+    first = plan(inputs(signals(ready=3), lead=(200.0, 250.0)), POOL, state)
+    assert first.target_replicas == 7
+    second = plan(inputs(signals(ready=3, arriving=4), lead=(200.0, 250.0), arriving_in=(80.0,) * 4, now=NOW + 5),
+                  POOL, first.state)
+    assert second.target_replicas == 7  # the 15-s budget (from 3: +4) is spent
+    third = plan(inputs(signals(ready=3, arriving=4), lead=(200.0, 250.0), arriving_in=(70.0,) * 4, now=NOW + 15),
+                 POOL, second.state)
+    assert third.target_replicas == 14
+
+
+# ---------------------------------------------------------------------------- pre-scale rule
+
+
+@pytest.mark.parametrize(
+    ("case", "rate", "peak", "expected_target"),
+    [
+        ("3x the current load within 30 min: warm pool + 50 %", 40.0, (120.0, 150.0), 8),
+        ("5x: a larger proposal", 40.0, (200.0, 260.0), 12),
+        ("2.9x: no proposal", 40.0, (116.0, 150.0), None),
+        ("an idle pool is compared with its min capacity, not ~0", 0.5, (30.0, 40.0), None),
+    ],
+)
+def test_it_proposes_a_pre_scale_at_3x_within_30_minutes(case, rate, peak, expected_target):
+    decision = plan(inputs(signals(ready=2, rate=rate), lead=(rate, rate), peak=peak), POOL, good_state())
+    proposal = decision.prescale
+    assert (proposal.target_replicas if proposal else None) == expected_target, case
+    if proposal:
+        assert proposal.ratio >= 3.0 and proposal.horizon_s == 1800.0
+        assert proposal.warm_pool_replicas == -(-0.4 * peak[0] // 10.0)
+        assert p.PRESCALE in decision.reasons
+
+
+def test_it_makes_no_proposal_on_unknown_load():
+    decision = plan(inputs(signals(ready=2, rate=None), peak=(300.0, 400.0)), POOL, good_state())
+    assert decision.prescale is None
+
+
+# ---------------------------------------------------------------------------- latency correction
+
+
+@pytest.mark.parametrize(
+    ("case", "rate", "ttft_p95", "direction"),
+    [
+        ("slower than the profile expects at this load: capacity goes down", 60.0, 2.0, -1),
+        ("faster than expected under real load: capacity goes up", 60.0, 0.3, 1),
+        ("light load says nothing", 10.0, 0.1, 0),
+        ("over the SLO even at light load: capacity goes down", 10.0, 3.0, -1),
+    ],
+)
+def test_it_corrects_capacity_by_observed_latency(case, rate, ttft_p95, direction):
+    decision = plan(inputs(signals(ready=8, rate=rate, ttft_p95=ttft_p95)), POOL, good_state())
+    change = decision.capacity_per_replica_rps - POOL.capacity_rps_per_replica
+    assert (change > 0) - (change < 0) == direction, case
+    assert POOL.correction_min * 10 <= decision.capacity_per_replica_rps <= POOL.correction_max * 10
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def test_its_state_survives_a_round_trip_through_json():
+    decision = plan(inputs(signals(ready=4, queue=80.0)), POOL, good_state())
+    state = decision.state
+    restored = PlannerState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored == state
+    again = plan(inputs(signals(ready=8), now=NOW + 15), POOL, restored)
+    assert again == plan(inputs(signals(ready=8), now=NOW + 15), POOL, state)
+
+
+def test_it_imports_nothing_from_django_or_celery():
+    import ast
+    import pathlib
+
+    tree = ast.parse(pathlib.Path(p.__file__).read_text())
+    modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    modules += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in modules if m.split(".")[0] in {"django", "celery", "controlplane"}]
