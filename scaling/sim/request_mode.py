@@ -44,8 +44,10 @@ class _ReplicaServing:
     prefill_free_at: list[float]
     last_end: list[float]
     router: LeastOutstandingRouter
+    waiting_exits: list[deque[float]]  # per replica: when its waiting requests start their prefill
 
     def add(self, slots: int) -> None:
+        self.waiting_exits.append(deque())
         self.slot_free_at.append([0.0] * slots)
         self.prefill_free_at.append(0.0)
         self.last_end.append(0.0)
@@ -69,7 +71,7 @@ def run_request_mode(
 
     replicas = ReplicaSet(config.cold_start, np.random.default_rng(config.seed))
     router = LeastOutstandingRouter()
-    serving = _ReplicaServing([], [], [], router)
+    serving = _ReplicaServing([], [], [], router, [])
     tick_s = config.tick_s or policy.tick_s
     policy_state: Any = policy.new_state()
 
@@ -82,7 +84,7 @@ def run_request_mode(
         serving.add(slots)
         router.make_routable(replica_id)
     slot_free_at, prefill_free_at, last_end = serving.slot_free_at, serving.prefill_free_at, serving.last_end
-    outstanding, pick, finish = router.outstanding, router.pick, router.finish
+    outstanding, pick, finish, routable_ids = router.outstanding, router.pick, router.finish, router.routable_ids
 
     ttft = np.full(total, np.nan)
     e2e = np.full(total, np.nan)
@@ -91,7 +93,10 @@ def run_request_mode(
     waiting_until: list[float] = []  # heap: when each waiting request starts its prefill or gives up
     router_queue: deque[tuple[int, float, int]] = deque()  # (request, sent at, attempt): no replica ready
     retry_heap: list[tuple[float, int, int]] = []  # (send at, request, attempt)
-    counters = {"retries": 0, "sent": 0, "prefill_s": 0.0}
+    retries = tick_sent = 0
+    tick_prefill_s = 0.0
+    waits_in_order = client.timeout_s is None and config.queue_limit is None
+    waiting_by_replica = serving.waiting_exits  # used when waits_in_order, else waiting_until
     samples: list[Observation] = []
     queue_limit = config.queue_limit
 
@@ -99,7 +104,8 @@ def run_request_mode(
         if attempt < client.max_retries:
             jitter = 1.0 + client.backoff_jitter * (2.0 * retry_rng.random() - 1.0)
             heappush(retry_heap, (at + client.backoff_s(attempt + 1) * jitter, k, attempt + 1))
-            counters["retries"] += 1
+            nonlocal retries
+            retries += 1
         else:
             outcome[k] = code
 
@@ -113,7 +119,7 @@ def run_request_mode(
             if len(waiting_until) + len(router_queue) >= queue_limit:
                 fail(k, now, attempt, REJECTED)  # 503 from the router
                 return
-        if not router.routable_count:
+        if not routable_ids:
             router_queue.append((k, sent, attempt))
             return
         r = pick()
@@ -127,7 +133,8 @@ def run_request_mode(
         first_token = prefill_done + itl
         end = first_token + outputs_minus_one[k] * itl
         deadline = sent + timeout
-        counters["prefill_s"] += prompt_s[k]
+        nonlocal tick_prefill_s
+        tick_prefill_s += prompt_s[k]
         if end <= deadline:
             heapreplace(heap, end)
             prefill_free_at[r] = prefill_done
@@ -141,7 +148,10 @@ def run_request_mode(
             end = deadline
             fail(k, deadline, attempt, TIMED_OUT)
         if start > now:
-            heappush(waiting_until, min(start, end))
+            if waits_in_order:  # FIFO per replica and nobody gives up: exits come in order
+                waiting_by_replica[r].append(start)
+            else:
+                heappush(waiting_until, min(start, end))
         heappush(completions, (end, r))
         if end > last_end[r]:
             last_end[r] = end
@@ -151,12 +161,17 @@ def run_request_mode(
             finish(heappop(completions)[1])
         while waiting_until and waiting_until[0] <= now:
             heappop(waiting_until)
-        ready = replicas.ready_count
         waiting = len(waiting_until)
+        for exits in waiting_by_replica:
+            while exits and exits[0] <= now:
+                exits.popleft()
+            waiting += len(exits)
+        ready = replicas.ready_count
         running = sum(outstanding) - waiting
         utilisation = 0.0
+        nonlocal tick_prefill_s, tick_sent
         if ready:
-            prefill_share = counters["prefill_s"] / (ready * tick_s)
+            prefill_share = tick_prefill_s / (ready * tick_s)
             utilisation = min(1.0, max(prefill_share, running / (ready * slots)))
         observation = Observation(
             now=now,
@@ -166,9 +181,9 @@ def run_request_mode(
             queue_depth=float(waiting + len(router_queue)),
             running=float(running),
             utilisation=utilisation,
-            arrival_rate_rps=counters["sent"] / tick_s,
+            arrival_rate_rps=tick_sent / tick_s,
         )
-        counters["sent"], counters["prefill_s"] = 0, 0.0
+        tick_sent, tick_prefill_s = 0, 0.0
         return observation
 
     def control(now: float, next_tick: float) -> float:
@@ -200,6 +215,7 @@ def run_request_mode(
     span = trace.span_s
     report_every = 1 << 14
     last_report = time.perf_counter()
+    next_control = min(next_tick, next_ready)
     while True:
         now = origin[i] if i < total else math.inf
         from_retry = bool(retry_heap) and retry_heap[0][0] < now
@@ -207,12 +223,12 @@ def run_request_mode(
             now = retry_heap[0][0]
         if now == math.inf:
             break
-        next_control = next_tick if next_tick < next_ready else next_ready
         if next_control <= now:
             next_tick = control(next_control, next_tick)
             next_ready = replicas.next_ready_at()
+            next_control = min(next_tick, next_ready)
             continue
-        counters["sent"] += 1
+        tick_sent += 1
         if from_retry:
             _, k, attempt = heappop(retry_heap)
             serve(k, now, now, attempt)
@@ -237,7 +253,7 @@ def run_request_mode(
     for k, _, _ in router_queue:
         outcome[k] = TIMED_OUT  # no replica ever became ready for it
 
-    return _result(policy.name, config, total, outcome, ttft, e2e, counters["retries"], replicas, end_s, samples, started)
+    return _result(policy.name, config, total, outcome, ttft, e2e, retries, replicas, end_s, samples, started)
 
 
 def _result(
