@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
-           415: "UnsupportedMediaType", 422: "Invalid", 500: "InternalError"}
+           410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 500: "InternalError"}
 
 
 class ApiError(Exception):

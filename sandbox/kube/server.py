@@ -3,7 +3,7 @@
 Serves discovery, Deployments (+ /scale, /status), Pods, Services, Namespaces, Gateway API
 HTTPRoutes and KEDA ScaledObjects: get, list (label and field selectors), update (PUT) and patch
 (merge, JSON, and strategic merge for built-in kinds only; a CRD answers 415 to strategic merge,
-as a real cluster does). No auth, no watch. Sandbox-only control routes live under /sandbox/.
+as a real cluster does), and watch. No auth. Sandbox-only control routes live under /sandbox/.
 """
 from __future__ import annotations
 
@@ -22,9 +22,12 @@ from sandbox.kube import resources, tables
 from sandbox.kube.errors import ApiError
 from sandbox.kube.patch import PatchError, json_patch, merge_patch
 from sandbox.kube.resources import ResourceType
-from sandbox.kube.selectors import selector_string
+from sandbox.kube.selectors import field_matcher, label_matcher, selector_string
 from sandbox.kube.store import Object, ObjectStore
 
+STREAMED = object()  # the handler already wrote the answer (a watch)
+WATCH_POLL_S = 0.1
+MAX_WATCH_S = 1800.0
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -82,6 +85,7 @@ class KubeApiServer:
     def __init__(self, store: ObjectStore, host: str = "127.0.0.1", port: int = 0) -> None:
         self.store = store
         self.faults = KubeFaults()
+        self.stopping = False  # ends open watches
         self.pod_fault_hook: PodFaultHook | None = None
         self.host = host
         self._httpd = _Server((host, port), _Handler)
@@ -100,6 +104,7 @@ class KubeApiServer:
         return self
 
     def stop(self) -> None:
+        self.stopping = True
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -161,7 +166,9 @@ class _Handler(BaseHTTPRequestHandler):
             injected = api.take_fault(method)
             if injected is not None:
                 raise injected
-            self._send(200, self._api(method, parts, query, body))
+            answer = self._api(method, parts, query, body)
+            if answer is not STREAMED:
+                self._send(200, answer)
         except ApiError as error:
             self._send(error.code, error.status())
 
@@ -191,8 +198,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route.name is None:
             if method != "GET":
                 raise ApiError(405, f"the server does not allow this method on {route.resource.key}")
-            if query.get("watch") in ("1", "true"):
-                raise ApiError(405, "watch is not supported by the sandbox API server")
+            if (query.get("watch") or "").lower() in ("1", "true"):
+                self._watch(route, query)
+                return STREAMED
             return self._list(route, query)
         if method == "GET":
             return self._get(route)
@@ -228,6 +236,51 @@ class _Handler(BaseHTTPRequestHandler):
             return tables.table(route.resource, items, version)
         return {"kind": f"{route.resource.kind}List", "apiVersion": route.resource.api_version,
                 "metadata": {"resourceVersion": version}, "items": items}
+
+    def _watch(self, route: Route, query: dict[str, str]) -> None:
+        """Stream changes as JSON lines ({"type", "object"}) until timeoutSeconds or the client leaves."""
+        api, resource = self.server.api, route.resource
+        try:
+            labels_match = label_matcher(query.get("labelSelector"))
+            fields_match = field_matcher(query.get("fieldSelector"))
+        except ValueError as error:
+            raise ApiError(400, str(error)) from None
+        since = query.get("resourceVersion") or "0"
+        initial: list[Object] = []
+        if since == "0":  # no starting point: the current objects first, as ADDED
+            initial, since = api.store.list(resource, route.namespace, query.get("labelSelector"),
+                                            query.get("fieldSelector"))
+        if not since.isdigit():
+            raise ApiError(400, f"invalid resourceVersion {since!r}")
+        last = int(since)
+        if api.store.events_since(last, resource, route.namespace) is None:
+            raise ApiError(410, f"too old resource version: {last}", reason="Expired")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        deadline = time.monotonic() + min(float(query.get("timeoutSeconds") or MAX_WATCH_S), MAX_WATCH_S)
+        try:
+            for obj in initial:
+                self._send_event("ADDED", obj)
+            while time.monotonic() < deadline and not api.stopping:
+                events = api.store.events_since(last, resource, route.namespace)
+                if events is None:
+                    self._send_event("ERROR", ApiError(410, "too old resource version", reason="Expired").status())
+                    break
+                for event in events:
+                    last = event.resource_version
+                    if labels_match(event.object["metadata"].get("labels") or {}) and fields_match(event.object):
+                        self._send_event(event.type, event.object)
+                time.sleep(WATCH_POLL_S)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True  # the watcher went away
+
+    def _send_event(self, kind: str, obj: Object) -> None:
+        line = json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+        self.wfile.flush()
 
     def _get(self, route: Route) -> Object:
         obj = self.server.api.store.get(route.resource, route.namespace or "", route.name or "")

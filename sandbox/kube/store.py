@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,6 +20,15 @@ from sandbox.kube.selectors import field_matcher, label_matcher
 
 Object = dict[str, Any]
 Key = tuple[str, str, str]  # (resource key, namespace, name)
+EVENT_HISTORY = 5000  # changes kept for watchers; an older resourceVersion gets 410 Gone
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    resource_version: int
+    key: Key
+    type: str  # ADDED, MODIFIED, DELETED
+    object: Object
 
 
 def now_rfc3339() -> str:
@@ -29,15 +40,28 @@ class ObjectStore:
         self._lock = threading.RLock()
         self._objects: dict[Key, Object] = {}
         self._version = 1000
+        self._events: deque[WatchEvent] = deque(maxlen=EVENT_HISTORY)
 
     @property
     def resource_version(self) -> str:
         with self._lock:
             return str(self._version)
 
-    def _stamp(self, obj: Object) -> None:
+    def _commit(self, key: Key, obj: Object, event: str) -> None:
+        """Stamp a new resourceVersion, store the object and remember the change for watchers."""
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
+        self._objects[key] = obj
+        self._events.append(WatchEvent(self._version, key, event, copy.deepcopy(obj)))
+
+    def events_since(self, resource_version: int, resource: ResourceType,
+                     namespace: str | None) -> list[WatchEvent] | None:
+        """Changes after `resource_version`, or None when they are older than the kept history (410)."""
+        with self._lock:
+            if self._events and resource_version < self._events[0].resource_version - 1:
+                return None
+            return [event for event in self._events if event.resource_version > resource_version
+                    and event.key[0] == resource.key and (namespace is None or event.key[1] == namespace)]
 
     # --- reads -----------------------------------------------------------------------------
     def get(self, resource: ResourceType, namespace: str, name: str) -> Object:
@@ -75,8 +99,7 @@ class ObjectStore:
             if key in self._objects:
                 raise invalid(resource.kind, resource.group, metadata["name"], "already exists")
             metadata.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
-            self._stamp(obj)
-            self._objects[key] = obj
+            self._commit(key, obj, "ADDED")
             return copy.deepcopy(obj)
 
     def update(self, resource: ResourceType, namespace: str, name: str, change: Callable[[Object], Object],
@@ -115,18 +138,18 @@ class ObjectStore:
             changed["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
             if changed == stored:
                 return copy.deepcopy(stored)  # a no-op write does not bump the resourceVersion
-            self._stamp(changed)
-            self._objects[key] = changed
+            self._commit(key, changed, "MODIFIED")
             return copy.deepcopy(changed)
 
     def set_status(self, resource: ResourceType, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Controller-side status write; bumps the resourceVersion only when something changed."""
+        key = (resource.key, namespace, name)
         with self._lock:
-            stored = self._objects.get((resource.key, namespace, name))
+            stored = self._objects.get(key)
             if stored is None or stored.get("status") == status:
                 return
             stored["status"] = copy.deepcopy(status)
-            self._stamp(stored)
+            self._commit(key, stored, "MODIFIED")
 
     def put(self, resource: ResourceType, obj: Object) -> None:
         """Controller-side create-or-replace (pods), bumping only on change."""
@@ -142,9 +165,12 @@ class ObjectStore:
                                      "resourceVersion": stored["metadata"]["resourceVersion"]}
             candidate["apiVersion"], candidate["kind"] = resource.api_version, resource.kind
             if candidate != stored:
-                self._stamp(candidate)
-                self._objects[key] = candidate
+                self._commit(key, candidate, "MODIFIED")
 
     def delete(self, resource: ResourceType, namespace: str, name: str) -> None:
+        key = (resource.key, namespace, name)
         with self._lock:
-            self._objects.pop((resource.key, namespace, name), None)
+            gone = self._objects.pop(key, None)
+            if gone is not None:
+                self._version += 1
+                self._events.append(WatchEvent(self._version, key, "DELETED", gone))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from kubernetes import client, dynamic
+from kubernetes import client, dynamic, watch
 
 from scaling.sim.profiles import PoolProfile
 from sandbox.fleet import Fleet
@@ -179,3 +179,21 @@ def test_it_works_with_kubectl(cluster: SandboxCluster, tmp_path) -> None:
     kubectl("scale", "deployment/chat", "--replicas=2")
     assert json.loads(kubectl("get", "deployment", "chat", "-o", "json"))["spec"]["replicas"] == 2
     assert "sandbox-route" in kubectl("get", "httproutes", "-o", "name")
+    assert "successfully rolled out" in kubectl("rollout", "status", "deployment/chat", "--timeout=10s")
+
+
+def test_it_streams_watch_events_as_pods_turn_ready(api: client.ApiClient) -> None:
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    listed = core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/instance=chat-small")
+    assert listed.items == []
+    apps.patch_namespaced_deployment_scale("chat-small", NS, {"spec": {"replicas": 1}})
+    seen: list[tuple[str, str]] = []
+    for event in watch.Watch().stream(core.list_namespaced_pod, NS, timeout_seconds=5,
+                                      label_selector="app.kubernetes.io/instance=chat-small",
+                                      resource_version=listed.metadata.resource_version):
+        ready = next(c.status for c in event["object"].status.conditions if c.type == "Ready")
+        seen.append((event["type"], ready))
+        if ready == "True":
+            break
+    assert seen[0] == ("ADDED", "False")
+    assert seen[-1] == ("MODIFIED", "True")
