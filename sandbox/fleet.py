@@ -97,6 +97,10 @@ class Fleet:
         with self._lock:
             return [r for r in self._replicas if pool is None or r.pool == pool]
 
+    def replica_moved(self) -> None:
+        """Tell listeners that a replica came back on another port (see EmulatedReplica.restart)."""
+        self._notify()
+
     def subscribe(self, listener: Listener) -> None:
         """Call `listener()` whenever replicas come or go (Prometheus service discovery uses it)."""
         self._listeners.append(listener)

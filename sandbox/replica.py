@@ -139,14 +139,18 @@ class EmulatedReplica:
         self._shut(ReplicaState.DEAD)
 
     def restart(self) -> None:
-        """The container restarts in place: same port, fresh process, another cold start."""
+        """The container restarts in place: same port if still free, fresh process, another cold start."""
         self._shut(ReplicaState.STOPPED)
         with self._lock:
             self.restarts += 1
             self.sleep_level = 0
             self.metrics = self._new_metrics()
             self.engine = Engine(self.profile, self.metrics, self.clock)
-        self.start()
+        try:
+            self.start()
+        except OSError:  # someone took the port meanwhile: come back on another one
+            self.port = 0
+            self.start()
 
     def _shut(self, final_state: ReplicaState) -> None:
         with self._lock:

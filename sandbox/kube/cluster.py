@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,11 +146,15 @@ class SandboxCluster:
 
     # --- the controller --------------------------------------------------------------------
     def _loop(self) -> None:
+        last_error = ""
         while not self._stop.wait(RECONCILE_INTERVAL_S):
             try:
                 self.reconcile()
-            except Exception as error:  # keep the controller alive; say what went wrong
-                print(f"sandbox controller: reconcile failed: {error!r}", flush=True)
+                last_error = ""
+            except Exception as error:  # keep the controller alive; say what went wrong, once
+                if repr(error) != last_error:
+                    print(f"sandbox controller: reconcile failed: {error!r}", file=sys.stderr, flush=True)
+                last_error = repr(error)
 
     def reconcile(self) -> None:
         with self._lock:
@@ -202,7 +207,10 @@ class SandboxCluster:
                 record.died_at = now
             elif now - record.died_at >= self.restart_delay_s:
                 record.died_at = None
-                record.replica.restart()  # same port, so scrape targets stay as they are
+                port = record.replica.port
+                record.replica.restart()
+                if record.replica.port != port:
+                    self.fleet.replica_moved()
 
     def _start_pod(self, spec: PoolSpec, deployment: Object) -> _PodRecord:
         template_hash = _template_hash(deployment)
