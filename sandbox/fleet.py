@@ -83,8 +83,12 @@ class Fleet:
             self._notify()
         return replica
 
-    def add_replicas(self, count: int, model_name: str | None = None, **options: object) -> list[EmulatedReplica]:
-        return [self.add_replica(model_name, **options) for _ in range(count)]  # type: ignore[arg-type]
+    def add_replicas(self, count: int, model_name: str | None = None, *, profile: PoolProfile | None = None,
+                     cold_start_s: float = 0.0, pool: str = "default",
+                     max_model_len: int = 32768) -> list[EmulatedReplica]:
+        """Add `count` replicas alike (names `<pool>-<n>`)."""
+        return [self.add_replica(model_name, profile=profile, cold_start_s=cold_start_s, pool=pool,
+                                 max_model_len=max_model_len) for _ in range(count)]
 
     def remove_replica(self, replica: EmulatedReplica) -> None:
         with self._lock:
