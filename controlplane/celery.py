@@ -18,4 +18,9 @@ app.conf.beat_schedule = {
     "advance-executions": {"task": "scaling.tasks.advance_executions", "schedule": 15.0, "options": {"expires": 14}},
     # Proposals nobody decided on expire; a minute of resolution is enough for a 10-minute expiry.
     "expire-proposals": {"task": "scaling.tasks.expire_proposals", "schedule": 60.0, "options": {"expires": 55}},
+    # The notification outbox's safety net: events missed after commit, and retries whose backoff has passed.
+    # New events go out at once (on commit); this bounds the delay after a worker or broker outage to 15 s.
+    "sweep-notification-outbox": {"task": "incidents.tasks.sweep_outbox", "schedule": 15.0, "options": {"expires": 14}},
+    # One reminder per pending proposal a few minutes before expiry; minute resolution is plenty.
+    "remind-pending-proposals": {"task": "incidents.tasks.remind_proposals", "schedule": 60.0, "options": {"expires": 55}},
 }

@@ -5,6 +5,7 @@ typo in a deployment manifest stops the process instead of silently running with
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -182,6 +183,25 @@ SLACK_ENABLED = env_bool("SLACK_ENABLED", False)
 SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET", "")
 if SLACK_ENABLED and not SLACK_SIGNING_SECRET:
     raise ImproperlyConfigured("SLACK_ENABLED is on but SLACK_SIGNING_SECRET is empty.")
+WEBHOOKS_ENABLED = env_bool("WEBHOOKS_ENABLED", False)
+# Where people reach Headroom: links in Slack messages and webhook payloads.
+SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
+# Outbound notifications (Slack, webhooks) may reach only public addresses; these networks are the
+# admin's exceptions (e.g. an internal PagerDuty relay). Checked when each connection is made.
+OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS", [])
+for _network in OUTBOUND_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"OUTBOUND_ALLOWED_NETWORKS: {_network!r} is not a network (e.g. 10.0.8.0/24)") from None
+OUTBOUND_TIMEOUT_S = env_int("OUTBOUND_TIMEOUT_S", 10, minimum=1)  # one send, redirects included
+OUTBOUND_MAX_REDIRECTS = env_int("OUTBOUND_MAX_REDIRECTS", 3, minimum=0)
+# Failed deliveries retry after 30 s, 1 min, 2 min, … up to NOTIFY_RETRY_MAX_S, at most NOTIFY_MAX_ATTEMPTS times.
+NOTIFY_MAX_ATTEMPTS = env_int("NOTIFY_MAX_ATTEMPTS", 10, minimum=1)
+NOTIFY_RETRY_BASE_S = env_int("NOTIFY_RETRY_BASE_S", 30, minimum=1)
+NOTIFY_RETRY_MAX_S = env_int("NOTIFY_RETRY_MAX_S", 3600, minimum=1)
+# A pending proposal's message gets one reminder this long before it expires.
+NOTIFY_REMINDER_BEFORE_S = env_int("NOTIFY_REMINDER_BEFORE_S", 180, minimum=30)
 
 # Where the shared request traces live (simulator, benchmarks, demo traffic).
 TRACES_DIR = Path(env_str("HEADROOM_TRACES_DIR", str(BASE_DIR.parent / "shared" / "traces")))

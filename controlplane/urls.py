@@ -14,6 +14,7 @@ urlpatterns = [
     re_path(r"^(?P<kind>cluster|pool|slo|schedule)/(?P<pk>[0-9]+)/delete/$", views.delete_object, name="object-delete"),
     path("audit/", views.audit_log, name="audit"),
     path("", include("scaling.urls")),
+    path("", include("incidents.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,0 +1,30 @@
+"""Django admin: channels and their outbox for inspection; Slack links (the audited command is preferred)."""
+from __future__ import annotations
+
+from django.contrib import admin
+
+from incidents.models import Channel, Notification, SlackIdentity, SlackInteraction
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin):
+    list_display = ["name", "team", "kind", "enabled", "disabled_reason", "last_delivered_at", "last_error_at"]
+    list_filter = ["kind", "enabled", "team"]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "channel", "kind", "proposal", "state", "attempts", "next_attempt_at", "last_error"]
+    list_filter = ["state", "kind"]
+    readonly_fields = ["event", "proposal"]
+
+
+@admin.register(SlackIdentity)
+class SlackIdentityAdmin(admin.ModelAdmin):
+    list_display = ["user", "slack_user_id", "linked_at"]
+
+
+@admin.register(SlackInteraction)
+class SlackInteractionAdmin(admin.ModelAdmin):
+    list_display = ["received_at", "slack_user_id", "action_id", "proposal_id", "outcome"]
+    list_filter = ["outcome"]

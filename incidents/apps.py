@@ -1,0 +1,22 @@
+from django.apps import AppConfig
+from django.db import transaction
+from django.db.models.signals import post_save
+
+
+def _dispatch_after_commit(sender, instance, created: bool, **kwargs) -> None:  # noqa: ANN001, ANN003
+    """A new proposal event is news for the channels: fan it out as soon as it is committed.
+
+    The beat's outbox sweep catches anything this misses (a worker down, a broker outage).
+    """
+    if created:
+        from incidents import tasks
+
+        transaction.on_commit(tasks.dispatch_events.delay, robust=True)
+
+
+class IncidentsConfig(AppConfig):
+    name = "incidents"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        post_save.connect(_dispatch_after_commit, sender="scaling.ProposalEvent", dispatch_uid="incidents-outbox")

@@ -1,0 +1,72 @@
+"""What a message says about a proposal, gathered once for every transport and template."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.urls import reverse
+
+from scaling.choices import ProposalState
+from scaling.models import Proposal
+
+
+def slack_escape(text: str) -> str:
+    """Slack's mrkdwn treats &, < and > as control characters."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+@dataclass(frozen=True)
+class ProposalFacts:
+    id: int
+    pool: str
+    team: str
+    tier: str
+    kind: str
+    state: str
+    state_label: str
+    current_replicas: int
+    target_replicas: int
+    cost_per_hour_usd: float | None
+    expires_at: datetime
+    reasons: list[str]
+    forecast: str
+    decided_by: str
+    decided_channel: str
+    decision_comment: str
+    last_error: str
+    measured_cold_start_s: float | None
+    url: str
+
+    @property
+    def pending(self) -> bool:
+        return self.state == ProposalState.PENDING
+
+
+def _forecast(evidence: dict) -> str:
+    peak = max(evidence.get("forecast_p90") or evidence.get("forecast_expected") or [0], default=0)
+    capacity = (evidence.get("capacity") or [None])[-1]
+    if not peak:
+        return ""
+    line = f"peak {peak:.0f} req/s (upper quantile)"
+    if capacity:
+        line += f" against {capacity:.0f} req/s of capacity"
+    window = evidence.get("window")
+    return f"{line} {window}".strip() if window else line
+
+
+def proposal_facts(proposal: Proposal) -> ProposalFacts:
+    """The proposal as it is now; messages always show the current state, never a stale one."""
+    pool = proposal.pool
+    reasons = [f"{reason.get('code', '')}: {reason.get('detail', '')}".strip(": ") for reason in proposal.reasons or []]
+    return ProposalFacts(
+        id=proposal.pk, pool=str(pool), team=pool.team.name, tier=pool.priority, kind=proposal.get_kind_display(),
+        state=proposal.state, state_label=proposal.get_state_display(),
+        current_replicas=proposal.current_replicas, target_replicas=proposal.target_replicas,
+        cost_per_hour_usd=proposal.cost_per_hour_usd, expires_at=proposal.expires_at, reasons=reasons,
+        forecast=_forecast(proposal.evidence or {}),
+        decided_by=proposal.decided_by.get_username() if proposal.decided_by else "",
+        decided_channel=proposal.decided_channel, decision_comment=proposal.decision_comment,
+        last_error=proposal.last_error, measured_cold_start_s=proposal.measured_cold_start_s,
+        url=settings.SITE_URL.rstrip("/") + reverse("approvals") + f"#proposal-{proposal.pk}",
+    )

@@ -1,0 +1,283 @@
+"""Notification workflows: fan events out to channels, deliver with backoff, remind, disable, link Slack users.
+
+ProposalEvent rows are the outbox. `fan_out` turns each new one into Notification rows (once: a
+DispatchedEvent marks it) in one transaction; `deliver` sends one notification outside any
+transaction and records the outcome; nothing is lost when a receiver or a worker is down, because the
+rows stay pending until a later sweep delivers them.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.choices import Channel as ActorChannel
+from controlplane.errors import ServiceError
+from controlplane.models import Team
+from incidents.choices import ChannelKind, NotificationKind, NotificationState
+from incidents.models import Channel, DispatchedEvent, Notification, SlackIdentity
+from incidents.transports import NothingToSend, TransportError, transport_class, transport_for
+from scaling.choices import ProposalState
+from scaling.models import Proposal, ProposalEvent
+
+# Events older than this are history, not news: a channel added today does not replay last week.
+OUTBOX_HORIZON = timedelta(days=1)
+FAN_OUT_BATCH = 200
+AUTO = core.Actor(user=None, channel=ActorChannel.AUTO)
+
+
+class NotificationError(ServiceError):
+    pass
+
+
+@dataclass(frozen=True)
+class Delivery:
+    notification_id: int
+    state: str
+    error: str = ""
+
+
+def integration_enabled(kind: str) -> bool:
+    return {ChannelKind.SLACK: settings.SLACK_ENABLED, ChannelKind.WEBHOOK: settings.WEBHOOKS_ENABLED}[kind]
+
+
+def backoff(attempts: int) -> timedelta:
+    """30 s, 1 min, 2 min, … capped: a Slack outage of an hour costs a handful of attempts."""
+    seconds = settings.NOTIFY_RETRY_BASE_S * 2 ** max(0, attempts - 1)
+    return timedelta(seconds=min(seconds, settings.NOTIFY_RETRY_MAX_S))
+
+
+# --- writing the outbox -------------------------------------------------------------------------
+
+
+def _kind_for(event: ProposalEvent) -> str | None:
+    if not event.from_state:
+        return NotificationKind.POST
+    if event.from_state == event.to_state:
+        return None  # a note on the timeline (resumed, cluster accepted), not a change of state
+    return NotificationKind.UPDATE
+
+
+def _quiet_reason(channel: Channel, proposal: Proposal, now: datetime) -> str:
+    try:
+        return channel.spec.quiet_reason(proposal.pool.priority, now)
+    except ValueError:
+        return ""  # invalid settings fail the delivery, which says so
+
+
+def enqueue(channel: Channel, proposal: Proposal, kind: str, now: datetime, event: ProposalEvent | None = None,
+            **fields: Any) -> Notification | None:
+    """Write one notification for `channel` (in the caller's transaction), or None when nothing is due."""
+    transport = transport_class(channel.kind)
+    existing = Notification.objects.filter(channel=channel, proposal=proposal)
+    if kind == NotificationKind.UPDATE and transport.coalesce_updates:
+        post = existing.filter(kind=NotificationKind.POST).first()
+        if post is None or post.state in (NotificationState.SKIPPED, NotificationState.FAILED):
+            return None  # no message to edit
+        if existing.filter(kind=kind, state=NotificationState.PENDING).exists():
+            return None  # the pending edit will show this state too
+    state, reason = NotificationState.PENDING, ""
+    if not integration_enabled(channel.kind):
+        state, reason = NotificationState.SKIPPED, f"the {channel.get_kind_display()} integration is switched off"
+    elif kind != NotificationKind.REPLY and (quiet := _quiet_reason(channel, proposal, now)):
+        state, reason = NotificationState.SKIPPED, quiet
+    try:
+        with transaction.atomic():
+            return Notification.objects.create(
+                channel=channel, proposal=proposal, event=event, kind=kind, state=state, last_error=reason,
+                next_attempt_at=now, **fields,
+            )
+    except IntegrityError:
+        return None  # the one post or reminder of this proposal exists already
+
+
+def fan_out(now: datetime | None = None) -> list[int]:
+    """Turn new proposal events into notifications for their team's enabled channels.
+
+    Safe to run from many workers at once: each event is taken by one (row lock, skip locked) and
+    marked dispatched in the same transaction. Returns the ids of notifications to deliver.
+    """
+    now = now or timezone.now()
+    created: list[int] = []
+    with transaction.atomic():
+        events = list(
+            ProposalEvent.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(dispatch__isnull=True, at__gte=now - OUTBOX_HORIZON)
+            .select_related("proposal__pool__team", "proposal__pool__cluster")
+            .order_by("id")[:FAN_OUT_BATCH]
+        )
+        if not events:
+            return created
+        DispatchedEvent.objects.bulk_create([DispatchedEvent(event=event) for event in events], ignore_conflicts=True)
+        team_ids = {event.proposal.pool.team_id for event in events}
+        channels = list(Channel.objects.filter(team_id__in=team_ids, enabled=True).select_related("team"))
+        for event in events:
+            kind = _kind_for(event)
+            if kind is None:
+                continue
+            for channel in channels:
+                if channel.team_id != event.proposal.pool.team_id:
+                    continue
+                notification = enqueue(channel, event.proposal, kind, now, event=event)
+                if notification is not None and notification.state == NotificationState.PENDING:
+                    created.append(notification.pk)
+    return created
+
+
+def remind_due(now: datetime | None = None) -> list[int]:
+    """Once per proposal and channel, a reminder shortly before a pending proposal expires."""
+    now = now or timezone.now()
+    lead = timedelta(seconds=settings.NOTIFY_REMINDER_BEFORE_S)
+    posts = Notification.objects.filter(
+        kind=NotificationKind.POST, state=NotificationState.DELIVERED, channel__enabled=True,
+        delivered_at__lte=now - lead,  # a message younger than the lead needs no reminder yet
+        proposal__state=ProposalState.PENDING, proposal__expires_at__gt=now, proposal__expires_at__lte=now + lead,
+    ).select_related("channel", "proposal__pool")
+    created = []
+    for post in posts:
+        if not transport_class(post.channel.kind).reminds:
+            continue
+        reminder = enqueue(post.channel, post.proposal, NotificationKind.REMINDER, now)
+        if reminder is not None and reminder.state == NotificationState.PENDING:
+            created.append(reminder.pk)
+    return created
+
+
+def due_notifications(now: datetime | None = None, limit: int = 500) -> list[int]:
+    """Pending notifications whose next attempt is due (the retry half of the outbox sweep)."""
+    now = now or timezone.now()
+    due = Notification.objects.filter(state=NotificationState.PENDING, next_attempt_at__lte=now, channel__enabled=True)
+    return list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
+
+
+# --- delivering ---------------------------------------------------------------------------------
+
+
+def _claim(notification_id: int, now: datetime) -> Notification | None:
+    """Take a due notification: count the attempt and hold it for the length of one send."""
+    hold = timedelta(seconds=settings.OUTBOUND_TIMEOUT_S + 30)
+    with transaction.atomic():
+        notification = (
+            Notification.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("channel__team", "proposal__pool__team", "proposal__pool__cluster", "event")
+            .filter(pk=notification_id, state=NotificationState.PENDING, next_attempt_at__lte=now)
+            .first()
+        )
+        if notification is None:
+            return None
+        if not notification.channel.enabled:
+            _finish(notification, NotificationState.SKIPPED, f"channel disabled: {notification.channel.disabled_reason}")
+            return None
+        notification.attempts += 1
+        notification.next_attempt_at = now + hold
+        notification.save(update_fields=["attempts", "next_attempt_at"])
+    return notification
+
+
+def _finish(notification: Notification, state: str, error: str = "", now: datetime | None = None) -> None:
+    notification.state, notification.last_error = state, error[:2000]
+    if state == NotificationState.DELIVERED:
+        notification.delivered_at = now or timezone.now()
+    notification.save(update_fields=["state", "last_error", "delivered_at"])
+
+
+def deliver(notification_id: int, now: datetime | None = None) -> Delivery | None:
+    """Send one due notification. Returns None when it is not due or another worker holds it."""
+    now = now or timezone.now()
+    notification = _claim(notification_id, now)
+    if notification is None:
+        return None
+    transport = transport_for(notification.channel)
+    try:
+        transport.notify(notification)  # outside any transaction: a slow receiver holds no locks
+    except NothingToSend as exc:
+        _finish(notification, NotificationState.SKIPPED, str(exc))
+    except TransportError as exc:
+        _record_failure(notification, exc, now)
+    else:
+        transport.delivered(notification)
+        _finish(notification, NotificationState.DELIVERED, now=now)
+        Channel.objects.filter(pk=notification.channel_id).update(last_delivered_at=now)
+    return Delivery(notification.pk, notification.state, notification.last_error)
+
+
+def _record_failure(notification: Notification, exc: TransportError, now: datetime) -> None:
+    channel = notification.channel
+    with transaction.atomic():
+        if exc.permanent or notification.attempts >= settings.NOTIFY_MAX_ATTEMPTS:
+            _finish(notification, NotificationState.FAILED, exc.message)
+        else:
+            notification.last_error, notification.next_attempt_at = exc.message[:2000], now + backoff(notification.attempts)
+            notification.save(update_fields=["last_error", "next_attempt_at"])
+        Channel.objects.filter(pk=channel.pk).update(last_error=exc.message[:2000], last_error_at=now)
+        if exc.permanent and exc.disables_channel:
+            disable_channel(channel, exc.message)
+
+
+# --- channels -----------------------------------------------------------------------------------
+
+
+def disable_channel(channel: Channel, reason: str) -> bool:
+    """Stop a channel whose address is broken; the reason shows on the channels page. Idempotent."""
+    with transaction.atomic():
+        updated = Channel.objects.filter(pk=channel.pk, enabled=True).update(enabled=False, disabled_reason=reason[:2000])
+        if updated:
+            core.record(AUTO, "disable_channel", channel, after={"reason": reason[:2000]}, team=channel.team)
+    return bool(updated)
+
+
+def enable_channel(channel: Channel, actor: core.Actor) -> None:
+    """Switch a channel back on after its address was fixed; its pending notifications resume."""
+    with transaction.atomic():
+        if Channel.objects.filter(pk=channel.pk, enabled=False).update(enabled=True, disabled_reason=""):
+            core.record(actor, "enable_channel", channel, after={"name": channel.name}, team=channel.team)
+
+
+def create_channel(team: Team, name: str, kind: str, raw_settings: dict[str, Any], actor: core.Actor) -> Channel:
+    """Validate and save a channel. A webhook without a secret gets a generated one."""
+    if kind == ChannelKind.WEBHOOK and not raw_settings.get("secret"):
+        raw_settings = raw_settings | {"secret": secrets.token_urlsafe(32)}
+    channel = Channel(team=team, name=name, kind=kind, settings=raw_settings)
+    try:
+        channel.spec  # noqa: B018 (parsing is the validation)
+    except ValueError as exc:
+        raise NotificationError(str(exc)) from exc
+    with transaction.atomic():
+        channel.save()
+        # The settings hold a webhook address and maybe a secret: the audit log keeps neither.
+        core.record(actor, "create", channel, after={"name": name, "kind": kind}, team=team)
+    return channel
+
+
+# --- Slack users --------------------------------------------------------------------------------
+
+
+def link_slack_user(user: AbstractBaseUser, slack_user_id: str, actor: core.Actor, *, take_over: bool = False) -> SlackIdentity:
+    """Map a Slack user to `user`. A Slack user linked to someone else moves only with `take_over`."""
+    slack_user_id = slack_user_id.strip().upper()
+    if not slack_user_id.isalnum() or not 2 <= len(slack_user_id) <= 32:
+        raise NotificationError("A Slack member ID looks like U0123ABCD (profile → ⋮ → Copy member ID).")
+    with transaction.atomic():
+        holder = SlackIdentity.objects.select_for_update().filter(slack_user_id=slack_user_id).first()
+        if holder is not None and holder.user_id != user.pk:
+            if not take_over:
+                raise NotificationError("That Slack user is linked to another Headroom user; an admin can move it.")
+            holder.delete()
+        before = core.snapshot(SlackIdentity.objects.filter(user=user).first())
+        identity, _ = SlackIdentity.objects.update_or_create(user=user, defaults={"slack_user_id": slack_user_id})
+        core.record(actor, "link_slack", identity, before=before)
+    return identity
+
+
+def unlink_slack_user(user: AbstractBaseUser, actor: core.Actor) -> None:
+    with transaction.atomic():
+        identity = SlackIdentity.objects.select_for_update().filter(user=user).first()
+        if identity is not None:
+            core.delete_with_audit(actor, identity)

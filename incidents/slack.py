@@ -1,0 +1,157 @@
+"""Slack's interaction endpoint, behind the view: verify the signature, read the click, decide.
+
+Deciding is one short transaction: record the click (its unique key makes a repeated delivery a
+no-op), call the same approve/reject service as the browser and the API, remember the message's
+response_url, and queue what Slack should see next. Sending happens after commit, in Celery.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.choices import Channel as ActorChannel
+from incidents import services
+from incidents.choices import SLACK_ACTIONS, ChannelKind, NotificationKind, SlackOutcome
+from incidents.models import Channel, SlackIdentity, SlackInteraction, SlackMessage
+from incidents.transports.slack import RESPONSE_URL_LIFETIME, parse_block_id
+from scaling import services as scaling
+from scaling.models import Proposal
+
+SIGNATURE_WINDOW = timedelta(minutes=5)  # Slack's advice: refuse older requests (replays)
+
+
+def signature_problem(body: bytes, timestamp: str | None, signature: str | None, now: datetime) -> str | None:
+    """Why a request is not from Slack (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`), or None if it is."""
+    if not timestamp or not signature:
+        return "missing X-Slack-Request-Timestamp or X-Slack-Signature"
+    if not timestamp.isdigit():
+        return "the timestamp is not a number"
+    if abs(now.timestamp() - int(timestamp)) > SIGNATURE_WINDOW.total_seconds():
+        return "the timestamp is more than 5 minutes away from now"
+    base = b"v0:" + timestamp.encode() + b":" + body
+    expected = "v0=" + hmac.new(settings.SLACK_SIGNING_SECRET.encode(), base, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), signature.encode()):
+        return "the signature does not match"
+    return None
+
+
+@dataclass(frozen=True)
+class Click:
+    delivery_key: str
+    slack_user_id: str
+    action_id: str
+    proposal_id: int | None
+    channel_id: int | None
+    response_url: str
+
+
+@dataclass(frozen=True)
+class ClickResult:
+    outcome: str
+    reply: str = ""
+    duplicate: bool = False
+
+
+def parse_click(raw_payload: str) -> Click | None:
+    """The first action of a block_actions payload; None for anything else (or malformed)."""
+    try:
+        payload = json.loads(raw_payload)
+        action = payload["actions"][0]
+        user_id = str(payload["user"]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    if payload.get("type") != "block_actions":
+        return None
+    value = str(action.get("value", ""))
+    # The same click delivered twice carries the same trigger and action timestamp.
+    key = ":".join(str(part) for part in (payload.get("trigger_id") or "", user_id, action.get("action_id"),
+                                          action.get("action_ts")))
+    return Click(
+        delivery_key=key[:200], slack_user_id=user_id, action_id=str(action.get("action_id", ""))[:64],
+        proposal_id=int(value) if value.isdigit() else None,
+        channel_id=parse_block_id(str(action.get("block_id", ""))),
+        response_url=str(payload.get("response_url", ""))[:500],
+    )
+
+
+def _settings_url() -> str:
+    return settings.SITE_URL.rstrip("/") + reverse("incidents:user-settings")
+
+
+def _decide(click: Click, request_id: str) -> tuple[str, str]:
+    verb = SLACK_ACTIONS.get(click.action_id)
+    if verb is None or click.proposal_id is None:
+        return SlackOutcome.IGNORED, ""
+    identity = SlackIdentity.objects.select_related("user").filter(slack_user_id=click.slack_user_id).first()
+    if identity is None or not identity.user.is_active:
+        return SlackOutcome.UNLINKED, (
+            f"Nothing changed: your Slack account ({click.slack_user_id}) is not linked to a Headroom user. "
+            f"Link it at {_settings_url()} or ask an admin to run `manage.py link_slack_user`."
+        )
+    actor = core.Actor(user=identity.user, channel=ActorChannel.SLACK, request_id=request_id)
+    decide = scaling.approve if verb == "approve" else scaling.reject
+    try:
+        proposal = decide(click.proposal_id, actor)
+    except Proposal.DoesNotExist:
+        return SlackOutcome.IGNORED, f"Nothing changed: proposal #{click.proposal_id} does not exist any more."
+    except scaling.ProposalForbidden as exc:
+        return SlackOutcome.FORBIDDEN, f"Nothing changed: {exc}"
+    except scaling.ProposalConflict as exc:
+        who = f" (decided by {exc.proposal.decided_by.get_username()})" if exc.proposal.decided_by else ""
+        return SlackOutcome.CONFLICT, f"Nothing changed: {exc}{who}"
+    return (SlackOutcome.APPROVED if proposal.state != "rejected" else SlackOutcome.REJECTED), ""
+
+
+def _remember_message(channel: Channel, proposal: Proposal, response_url: str, now: datetime) -> None:
+    """The click's response_url is how we edit the message from now on (Slack: 30 minutes, 5 uses)."""
+    if not response_url:
+        return
+    SlackMessage.objects.update_or_create(
+        channel=channel, proposal=proposal,
+        defaults={"response_url": response_url, "response_url_expires_at": now + RESPONSE_URL_LIFETIME,
+                  "response_url_uses": 0},
+        create_defaults={"posted_at": now, "response_url": response_url,
+                         "response_url_expires_at": now + RESPONSE_URL_LIFETIME},
+    )
+
+
+def handle_click(click: Click, request_id: str = "", now: datetime | None = None) -> ClickResult:
+    """Record and act on one click, once. Replies and message edits go out after commit."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                interaction = SlackInteraction.objects.create(
+                    delivery_key=click.delivery_key, slack_user_id=click.slack_user_id, action_id=click.action_id,
+                    proposal_id=click.proposal_id,
+                )
+        except IntegrityError:
+            return ClickResult(SlackOutcome.IGNORED, duplicate=True)
+        outcome, reply = _decide(click, request_id)
+        interaction.outcome, interaction.detail = outcome, reply
+        interaction.save(update_fields=["outcome", "detail"])
+        proposal = Proposal.objects.select_related("pool").filter(pk=click.proposal_id).first()
+        channel = Channel.objects.filter(pk=click.channel_id, kind=ChannelKind.SLACK).first()
+        if proposal is not None and channel is not None and channel.team_id == proposal.pool.team_id:
+            _remember_message(channel, proposal, click.response_url, now)
+            if reply and click.response_url:
+                services.enqueue(channel, proposal, NotificationKind.REPLY, now, text=reply, response_url=click.response_url)
+            if outcome == SlackOutcome.CONFLICT:
+                services.enqueue(channel, proposal, NotificationKind.UPDATE, now)  # a stale message catches up
+        transaction.on_commit(_deliver_due, robust=True)
+    return ClickResult(outcome, reply)
+
+
+def _deliver_due() -> None:
+    from incidents import tasks
+
+    tasks.sweep_outbox.delay()

@@ -1,0 +1,32 @@
+"""Celery tasks for notifications: thin, take ids, call services."""
+from __future__ import annotations
+
+from celery import shared_task
+
+from incidents import services
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def deliver_notification(notification_id: int) -> None:
+    services.deliver(notification_id)
+
+
+@shared_task(ignore_result=True)
+def dispatch_events() -> None:
+    """Fan new proposal events out to channels and send what that created."""
+    for notification_id in services.fan_out():
+        deliver_notification.delay(notification_id)
+
+
+@shared_task(ignore_result=True)
+def sweep_outbox() -> None:
+    """The outbox's safety net: events nobody fanned out, and retries whose backoff has passed."""
+    services.fan_out()
+    for notification_id in services.due_notifications():
+        deliver_notification.delay(notification_id)
+
+
+@shared_task(ignore_result=True)
+def remind_proposals() -> None:
+    for notification_id in services.remind_due():
+        deliver_notification.delay(notification_id)

@@ -1,0 +1,118 @@
+"""Slack incoming webhooks: one Block Kit message per proposal, edited in place through response_url."""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    SectionBlock,
+)
+
+from incidents import outbound
+from incidents.choices import NotificationKind
+from incidents.messages import ProposalFacts, proposal_facts
+from incidents.models import Notification, SlackMessage
+from incidents.specs import SlackSpec
+from incidents.transports.base import NothingToSend, Transport, TransportError, render
+
+# Slack lets a response_url edit a message 5 times within 30 minutes.
+RESPONSE_URL_LIFETIME = timedelta(minutes=30)
+RESPONSE_URL_USES = 5
+# These answers mean the webhook itself is gone (removed app, archived channel, revoked token).
+GONE = {403, 404, 410}
+
+
+def action_block_id(proposal_id: int, channel_id: int) -> str:
+    """Names the channel in every click, so the right message gets its response_url."""
+    return f"proposal:{proposal_id}:channel:{channel_id}"
+
+
+def parse_block_id(block_id: str) -> int | None:
+    parts = block_id.split(":")
+    if len(parts) == 4 and parts[0] == "proposal" and parts[2] == "channel" and parts[3].isdigit():
+        return int(parts[3])
+    return None
+
+
+def proposal_blocks(facts: ProposalFacts, channel_id: int, *, reminder: bool = False) -> list[Block]:
+    blocks: list[Block] = [
+        HeaderBlock(text=render("slack/header.txt", facts=facts, reminder=reminder)[:150]),
+        SectionBlock(text=MarkdownTextObject(text=render("slack/proposal.txt", facts=facts))),
+        ContextBlock(elements=[MarkdownTextObject(text=render("slack/state.txt", facts=facts))]),
+    ]
+    if facts.pending:
+        value = str(facts.id)
+        blocks.append(ActionsBlock(block_id=action_block_id(facts.id, channel_id), elements=[
+            ButtonElement(text="Approve", action_id="approve_proposal", value=value, style="primary"),
+            ButtonElement(text="Reject", action_id="reject_proposal", value=value, style="danger"),
+        ]))
+    return blocks
+
+
+def proposal_message(facts: ProposalFacts, channel_id: int, *, reminder: bool = False) -> dict[str, Any]:
+    return {
+        "text": render("slack/fallback.txt", facts=facts, reminder=reminder),
+        "blocks": [block.to_dict() for block in proposal_blocks(facts, channel_id, reminder=reminder)],
+    }
+
+
+class SlackTransport(Transport):
+    spec_class = SlackSpec
+    coalesce_updates = True
+    reminds = True
+
+    def notify(self, notification: Notification) -> None:
+        kind = notification.kind
+        if kind == NotificationKind.REPLY:
+            reply = {"response_type": "ephemeral", "replace_original": False, "text": notification.text}
+            self._to_response_url(notification.response_url, reply)
+            return
+        facts = proposal_facts(notification.proposal)
+        message = proposal_message(facts, self.channel.pk, reminder=kind == NotificationKind.REMINDER)
+        if kind == NotificationKind.UPDATE:
+            self._edit(notification, message)
+        elif kind == NotificationKind.REMINDER and not facts.pending:
+            raise NothingToSend(f"the proposal is {facts.state} now; no reminder needed")
+        else:
+            self.post_json(self.spec.url, message)
+
+    def _edit(self, notification: Notification, message: dict[str, Any]) -> None:
+        posted = SlackMessage.objects.filter(channel=self.channel, proposal=notification.proposal).first()
+        if posted is None:
+            raise NothingToSend("the message is not posted yet; it shows the current state when it is")
+        if not posted.response_url:
+            raise NothingToSend("no response_url yet (nobody clicked in Slack); the next click refreshes the message")
+        if posted.response_url_uses >= RESPONSE_URL_USES or (posted.response_url_expires_at or timezone.now()) <= timezone.now():
+            raise NothingToSend("Slack's response_url for this message has expired")
+        SlackMessage.objects.filter(pk=posted.pk).update(response_url_uses=posted.response_url_uses + 1)
+        self._to_response_url(posted.response_url, message | {"replace_original": True})
+
+    def delivered(self, notification: Notification) -> None:
+        if notification.kind == NotificationKind.POST:
+            SlackMessage.objects.get_or_create(
+                channel=self.channel, proposal=notification.proposal, defaults={"posted_at": timezone.now()}
+            )
+
+    def raise_for_answer(self, answer: outbound.Answer) -> None:
+        if 200 <= answer.status < 300:
+            return
+        detail = f"Slack answered {answer.status} {answer.text[:100]}".strip()
+        if answer.status in GONE or answer.text.strip() == "invalid_token":
+            raise TransportError(detail, permanent=True)
+        if answer.status == 400:
+            raise TransportError(detail, permanent=True, disables_channel=False)  # our payload: fix the code
+        raise TransportError(detail)
+
+    def _to_response_url(self, url: str, payload: dict[str, Any]) -> None:
+        """A response_url belongs to one message; its failures (expired, used up) leave the channel alone."""
+        try:
+            self.post_json(url, payload)
+        except TransportError as exc:
+            raise TransportError(exc.message, permanent=exc.permanent, disables_channel=False) from exc

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from incidents import views
+
+app_name = "incidents"
+
+urlpatterns = [
+    path("integrations/slack/interactions/", views.slack_interactions, name="slack-interactions"),
+    path("integrations/channels/", views.channels, name="channels"),
+    path("integrations/channels/new/", views.channel_create, name="channel-create"),
+    path("integrations/channels/<int:pk>/enable/", views.channel_enable, name="channel-enable"),
+    path("settings/", views.user_settings, name="user-settings"),
+]
