@@ -5,6 +5,7 @@ fluid mode in seconds for 14 days at 1 s steps.
 
 CPU time is `time.process_time()` around the replay only (loading and transforms excluded),
 so other processes on a shared machine do not count against it; wall time is printed too.
+Each figure is the fastest of REPEATS runs.
 """
 from __future__ import annotations
 
@@ -25,10 +26,16 @@ REQUEST_RATE_SCALE = 50  # Azure conv x50: ~970k requests in one hour, ~270 req/
 SERVEGEN_RATE_SCALE = 0.05  # ServeGen m-small x0.05: ~60 req/s mean over 14 days
 
 
+REPEATS = 3  # report the fastest of a few runs, as timeit does: the machine is shared
+
+
 def timed(run, *args):
-    cpu, wall = time.process_time(), time.perf_counter()
-    result = run(*args)
-    return result, time.process_time() - cpu, time.perf_counter() - wall
+    best_cpu = best_wall = float("inf")
+    for _ in range(REPEATS):
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = run(*args)
+        best_cpu, best_wall = min(best_cpu, time.process_time() - cpu), min(best_wall, time.perf_counter() - wall)
+    return result, best_cpu, best_wall
 
 
 def main() -> None:
@@ -42,7 +49,7 @@ def main() -> None:
     scale = REQUEST_RATE_SCALE / (10 if args.quick else 1)
     conv = rate_scale(load_trace(traces / "AzureLLMInferenceTrace_conv.csv"), scale, seed=1)
     print(f"request mode: Azure conv x{scale:g}, {len(conv):,} requests over {conv.span_s / 3600:.2f} h")
-    for policy in (StaticPolicy(int(30 * scale / REQUEST_RATE_SCALE) + 1), KedaQueuePolicy(1, 100), HpaUtilPolicy(1, 100)):
+    for policy in (StaticPolicy(int(48 * scale / REQUEST_RATE_SCALE) + 1), KedaQueuePolicy(1, 100), HpaUtilPolicy(1, 100)):
         result, cpu, wall = timed(run_request_mode, conv, config, policy)
         print(f"  {policy.name:<10} {len(conv) / cpu:>10,.0f} requests/CPU-s  cpu {cpu:6.2f} s  wall {wall:6.2f} s"
               f"  slo {result.slo_attainment:.4f}  max replicas {result.max_replicas}")

@@ -1,0 +1,1 @@
+"""Pure simulation of vLLM GPU pools: trace loaders, pool model, policies, replay (docs/simulator.md)."""
