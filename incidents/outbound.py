@@ -87,7 +87,7 @@ def vetted_addresses(host: str, port: int) -> list[str]:
     for address in addresses:
         reason = refusal(ipaddress.ip_address(address.split("%", 1)[0]))
         if reason:
-            raise OutboundRefused(f"{host} resolves to {reason}; refused (see OUTBOUND_ALLOWED_NETWORKS)")
+            raise OutboundRefused(f"{host}: {reason}, refused (not in OUTBOUND_ALLOWED_NETWORKS)")
     return addresses
 
 

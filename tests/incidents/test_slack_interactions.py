@@ -156,3 +156,17 @@ def test_other_interactions_are_acknowledged_and_ignored(client, pool: Pool, ali
     assert signed_post(client, payload).status_code == 200
     assert Proposal.objects.get(pk=proposal.pk).state == ProposalState.PENDING
     assert not Notification.objects.filter(kind=NotificationKind.REPLY).exists()
+
+
+def test_it_answers_at_once_and_leaves_sending_and_execution_to_celery(
+    client, pool: Pool, alice: User, bob: User, slack_channel: Channel, receiver: Receiver,  # noqa: ANN001
+    django_capture_on_commit_callbacks,  # noqa: ANN001
+) -> None:
+    link(bob, "UBOB")
+    proposal = propose(pool, alice)
+    started = time.monotonic()
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        response = signed_post(client, click_payload(proposal, slack_channel, "UBOB", receiver.url(RESPONSE)))
+    assert response.status_code == 200 and time.monotonic() - started < 3
+    assert Proposal.objects.get(pk=proposal.pk).state == ProposalState.APPROVED  # the decision is recorded at once
+    assert receiver.requests == [] and len(queued) >= 2  # execution and the message edit wait for the commit
