@@ -23,7 +23,7 @@ JSON_PATCH = "application/json-patch+json"  # CustomObjectsApi sends merge patch
 @pytest.fixture
 def cluster(fleet: Fleet, small_profile: PoolProfile) -> Iterator[SandboxCluster]:
     with SandboxCluster(fleet, restart_delay_s=0.3) as running:
-        running.add_pool(PoolSpec(name="chat", profile=small_profile, replicas=1, cold_start_s=0.8))
+        running.add_pool(PoolSpec(name="chat", profile=small_profile, replicas=1, cold_start_s=1.0))
         running.add_pool(PoolSpec(name="chat-small", profile=small_profile, replicas=0, cold_start_s=0.8,
                                   weight=0, keda=True, max_replicas=4))
         yield running
