@@ -324,7 +324,8 @@ def prescale_proposal(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, cu
     ratio = peak.expected_rps / base
     if ratio < pool.prescale_ratio:
         return None
-    warm = max(pool.min_replicas, _replicas_for(pool.warm_pool_fraction * peak.expected_rps, capacity_rps))
+    # The pool warmed for the forecast peak, plus the buffer (the playbook's "warm pool + 50 %").
+    warm = max(pool.min_replicas, _replicas_for(peak.expected_rps, capacity_rps))
     target = min(pool.max_replicas, math.ceil(warm * (1 + pool.prescale_buffer) - 1e-9))
     if target <= current:
         return None

@@ -5,7 +5,7 @@ never go missing), forecasts the request rate from the rates it has observed so 
 never looks at the workload ahead; `scaling.engine.forecast`, adaptive method, on 60-s bins,
 refreshed every minute) and runs the planner. A pre-scale proposal is approved automatically
 `approval_delay_s` after it is made (default 60 s: a human clicking in Slack) and then held as a
-floor for one scale-down window; the planner proposes again while the rule still holds.
+floor until the 30-minute horizon it was made for has passed.
 
 The pool profile: per-replica capacity at the SLO is *measured* like a load test before the pool
 takes traffic: Poisson arrivals with the workload's token-length mix (never its timing) on a few
@@ -31,7 +31,9 @@ from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.workload import Workload
 
 CAPACITY_BISECTION_STEPS = 7
-HISTORY_S = 6 * 3600.0  # observed rates kept for forecasting
+HISTORY_S = 8 * 86_400.0  # observed rates kept: a week and a day, for daily and weekly seasons
+RECENT_HISTORY_S = 3600.0  # the lead-time forecast looks at the last hour in fine bins
+SEASONAL_BIN_S = 600.0  # the 30-minute forecast uses 10-minute bins over all the history
 
 
 def fresh(value: float) -> Reading:
@@ -44,6 +46,8 @@ class HeadroomState:
     rates: list[float] = field(default_factory=list)  # observed arrival rate per tick
     requested_at: list[float] = field(default_factory=list)  # starting replicas, oldest first
     forecast_at_s: float = -math.inf
+    seasonal_at_s: float = -math.inf
+    seasonal: ForecastPoint | None = None
     forecast_lead: ForecastPoint | None = None
     forecast_peak: ForecastPoint | None = None
     pending: tuple[float, int, float] | None = None  # (approve at, replicas, expires at)
@@ -58,6 +62,7 @@ class HeadroomPolicy:
     approval_delay_s: float = 60.0
     forecast_every_s: float = 60.0
     forecast_bin_s: float = 60.0  # observed rates are averaged into bins this wide before forecasting
+    seasonal_every_s: float = 300.0  # the 30-minute forecast is refreshed every 5 minutes (design.md §6)
     peak_window_s: float = 1800.0  # the recent peak that bounds the forecast's upper band
     name: str = "headroom"
     tick_s: float = 15.0
@@ -70,7 +75,7 @@ class HeadroomPolicy:
         del state.rates[: max(0, len(state.rates) - int(HISTORY_S / self.tick_s))]
         self._track_arriving(now, observation, state)
         if now - state.forecast_at_s >= self.forecast_every_s - 1e-9:
-            state.forecast_lead, state.forecast_peak = self._forecasts(state.rates)
+            state.forecast_lead, state.forecast_peak = self._forecasts(now, state)
             state.forecast_at_s = now
         decision = plan(self._inputs(now, observation, state), self.pool, state.planner)
         state.planner = decision.state
@@ -115,19 +120,22 @@ class HeadroomPolicy:
         if len(state.requested_at) < starting:
             state.requested_at = [now] * (starting - len(state.requested_at)) + state.requested_at
 
-    def _forecasts(self, rates: list[float]) -> tuple[ForecastPoint | None, ForecastPoint | None]:
-        per_bin = max(1, int(round(self.forecast_bin_s / self.tick_s)))
-        bins = len(rates) // per_bin
-        if bins < 2:
+    def _forecasts(self, now: float, state: HeadroomState) -> tuple[ForecastPoint | None, ForecastPoint | None]:
+        """Lead-time forecast from fine recent bins; the 30-minute one from 10-minute bins of days."""
+        rates = state.rates
+        recent = _binned(rates[-int(RECENT_HISTORY_S / self.tick_s):], self.forecast_bin_s, self.tick_s)
+        if len(recent) < 2:
             return None, None
-        binned = np.asarray(rates[len(rates) - bins * per_bin:]).reshape(bins, per_bin).mean(axis=1)
-        series = from_values(binned, per_bin * self.tick_s)
-        points = []
-        for horizon_s in (self.pool.lead_s, self.pool.prescale_horizon_s):
-            made = forecast(series, horizon_s)
-            points.append(ForecastPoint(horizon_s, made.expected_rps, made.p90_rps))
-        lead, far = points
-        peak = max(points, key=lambda p: p.expected_rps if p.usable else -1.0)
+        made = forecast(from_values(recent, self.forecast_bin_s), self.pool.lead_s)
+        lead = ForecastPoint(self.pool.lead_s, made.expected_rps, made.p90_rps)
+        if now - state.seasonal_at_s >= self.seasonal_every_s - 1e-9 or state.seasonal is None:
+            daily = _binned(rates, SEASONAL_BIN_S, self.tick_s)
+            source = from_values(daily, SEASONAL_BIN_S) if len(daily) >= 2 else from_values(recent, self.forecast_bin_s)
+            made = forecast(source, self.pool.prescale_horizon_s)
+            state.seasonal = ForecastPoint(self.pool.prescale_horizon_s, made.expected_rps, made.p90_rps)
+            state.seasonal_at_s = now
+        far = state.seasonal
+        peak = far if far.usable and far.expected_rps >= lead.expected_rps else lead
         return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps))
 
     def _approve(self, now: float, decision: Decision, state: HeadroomState) -> None:
@@ -138,9 +146,8 @@ class HeadroomPolicy:
             state.approved = None
         proposal = decision.prescale
         if proposal is not None and state.pending is None and (state.approved is None or state.approved[0] < proposal.target_replicas):
-            # Held for one scale-down window after approval; the planner re-proposes while the rule holds.
-            approve_at = now + self.approval_delay_s
-            state.pending = (approve_at, proposal.target_replicas, approve_at + self.pool.scale_down_window_s)
+            # Held until the forecast horizon it was made for has passed.
+            state.pending = (now + self.approval_delay_s, proposal.target_replicas, now + proposal.horizon_s)
 
 
 def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4, duration_s: float = 600.0) -> float:
@@ -171,6 +178,13 @@ def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int =
         middle = (low + high) / 2
         low, high = (middle, high) if meets(middle) else (low, middle)
     return max(low, raw * 0.01) / replicas
+
+
+def _binned(rates: list[float], bin_s: float, tick_s: float) -> np.ndarray:
+    """Mean rate per bin of `bin_s`, bins aligned to end at the latest tick."""
+    per_bin = max(1, int(round(bin_s / tick_s)))
+    bins = len(rates) // per_bin
+    return np.asarray(rates[len(rates) - bins * per_bin:], dtype=float).reshape(bins, per_bin).mean(axis=1)
 
 
 def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | None = None) -> PoolPlan:
