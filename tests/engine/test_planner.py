@@ -219,8 +219,8 @@ def test_it_counts_earlier_scale_ups_against_the_rate_limit():
 @pytest.mark.parametrize(
     ("case", "rate", "peak", "expected_target"),
     [
-        ("3x the current load within 30 min: warm pool + 50 %", 40.0, (120.0, 150.0), 8),
-        ("5x: a larger proposal", 40.0, (200.0, 260.0), 12),
+        ("3x the current load within 30 min: the peak's need + 50 %", 40.0, (120.0, 150.0), 18),
+        ("5x: a larger proposal, capped by max replicas", 40.0, (400.0, 460.0), 40),
         ("2.9x: no proposal", 40.0, (116.0, 150.0), None),
         ("an idle pool is compared with its min capacity, not ~0", 0.5, (30.0, 40.0), None),
     ],
@@ -231,7 +231,7 @@ def test_it_proposes_a_pre_scale_at_3x_within_30_minutes(case, rate, peak, expec
     assert (proposal.target_replicas if proposal else None) == expected_target, case
     if proposal:
         assert proposal.ratio >= 3.0 and proposal.horizon_s == 1800.0
-        assert proposal.warm_pool_replicas == -(-0.4 * peak[0] // 10.0)
+        assert proposal.warm_pool_replicas == -(-peak[0] // 10.0)
         assert p.PRESCALE in decision.reasons
 
 
