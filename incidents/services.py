@@ -72,6 +72,13 @@ def _quiet_reason(channel: Channel, proposal: Proposal, now: datetime) -> str:
         return ""  # invalid settings fail the delivery, which says so
 
 
+def _mutable(kind: str, edits_in_place: bool) -> bool:
+    """Quiet rules hold back new messages; replies and edits of a message already posted go out."""
+    if kind == NotificationKind.REPLY:
+        return False
+    return kind != NotificationKind.UPDATE or not edits_in_place
+
+
 def enqueue(channel: Channel, proposal: Proposal, kind: str, now: datetime, event: ProposalEvent | None = None,
             **fields: Any) -> Notification | None:
     """Write one notification for `channel` (in the caller's transaction), or None when nothing is due."""
@@ -86,7 +93,7 @@ def enqueue(channel: Channel, proposal: Proposal, kind: str, now: datetime, even
     state, reason = NotificationState.PENDING, ""
     if not integration_enabled(channel.kind):
         state, reason = NotificationState.SKIPPED, f"the {channel.get_kind_display()} integration is switched off"
-    elif kind != NotificationKind.REPLY and (quiet := _quiet_reason(channel, proposal, now)):
+    elif _mutable(kind, transport.coalesce_updates) and (quiet := _quiet_reason(channel, proposal, now)):
         state, reason = NotificationState.SKIPPED, quiet
     try:
         with transaction.atomic():

@@ -184,3 +184,14 @@ def test_channels_of_other_teams_hear_nothing(pool: Pool, alice: User, search_te
                            settings={"webhook_url": receiver.url("/search")})
     propose(pool, alice)
     assert _deliver_all() == [] and receiver.requests == []
+
+
+def test_quiet_rules_never_hold_back_the_edit_of_a_posted_message(pool: Pool, alice: User, slack_channel: Channel) -> None:
+    proposal = propose(pool, alice)
+    _deliver_all()
+    Channel.objects.filter(pk=slack_channel.pk).update(
+        settings=slack_channel.settings | {"quiet": [{"tiers": ["standard"]}]})
+    channel = Channel.objects.get(pk=slack_channel.pk)
+    update = services.enqueue(channel, proposal, NotificationKind.UPDATE, timezone.now())
+    reminder = services.enqueue(channel, proposal, NotificationKind.REMINDER, timezone.now())
+    assert (update.state, reminder.state) == (NotificationState.PENDING, NotificationState.SKIPPED)
