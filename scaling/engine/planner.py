@@ -90,6 +90,9 @@ class PoolPlan:
     prescale_ratio: float = 3.0
     prescale_horizon_s: float = 1800.0
     prescale_buffer: float = 0.5
+    # The forecast's upper band is believed up to this multiple of the recent peak (on/off traffic
+    # makes a log-scale band explode; a ramp still gets room to grow).
+    recent_peak_factor: float = 1.0
     # Online capacity correction (multiplicative, bounded; only learned under real load).
     correction_min: float = 0.5
     correction_max: float = 1.5
@@ -272,7 +275,7 @@ def predictive_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, read
     if inputs.recent_peak_rps is not None and math.isfinite(inputs.recent_peak_rps):
         # An upper band past both the expected value and anything seen lately is the forecast's
         # uncertainty about on/off traffic, not evidence of load: plan for the recent peak.
-        planned_rps = min(planned_rps, max(forecast.expected_rps, inputs.recent_peak_rps))
+        planned_rps = min(planned_rps, max(forecast.expected_rps, inputs.recent_peak_rps) * pool.recent_peak_factor)
     return Term(PREDICTIVE, _replicas_for(planned_rps, capacity_rps), {
         "p90_rps": forecast.p90_rps, "planned_rps": planned_rps, "expected_rps": forecast.expected_rps,
         "recent_peak_rps": inputs.recent_peak_rps if inputs.recent_peak_rps is not None else math.nan,
