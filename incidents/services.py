@@ -37,6 +37,11 @@ class NotificationError(ServiceError):
     pass
 
 
+class InvalidChannelSettings(NotificationError):
+    def payload(self) -> dict[str, Any]:
+        return {"settings": [str(self)]}
+
+
 @dataclass(frozen=True)
 class Delivery:
     notification_id: int
@@ -255,12 +260,19 @@ def create_channel(team: Team, name: str, kind: str, raw_settings: dict[str, Any
     try:
         channel.spec  # noqa: B018 (parsing is the validation)
     except ValueError as exc:
-        raise NotificationError(str(exc)) from exc
+        raise InvalidChannelSettings(str(exc)) from exc
     with transaction.atomic():
         channel.save()
         # The settings hold a webhook address and maybe a secret: the audit log keeps neither.
         core.record(actor, "create", channel, after={"name": name, "kind": kind}, team=team)
     return channel
+
+
+def delete_channel(channel: Channel, actor: core.Actor) -> None:
+    with transaction.atomic():
+        core.record(actor, "delete", channel, before={"id": channel.pk, "name": channel.name, "kind": channel.kind},
+                    after=None, team=channel.team)
+        channel.delete()
 
 
 # --- Slack users --------------------------------------------------------------------------------

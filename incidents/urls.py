@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from incidents import views
 
@@ -10,4 +10,6 @@ urlpatterns = [
     path("integrations/channels/new/", views.channel_create, name="channel-create"),
     path("integrations/channels/<int:pk>/enable/", views.channel_enable, name="channel-enable"),
     path("settings/", views.user_settings, name="user-settings"),
+    # The app's REST resources sit beside the core ones under /api/v1/ (one router per app).
+    path("api/v1/", include("incidents.api.urls")),
 ]
