@@ -14,6 +14,9 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 app.conf.beat_schedule = {
+    # Read signals, plan and propose for every pool. 15 s matches the scrape interval: reading
+    # faster sees the same samples, slower lets a surge grow a queue for longer before we react.
+    "tick": {"task": "scaling.tasks.tick", "schedule": 15.0, "options": {"expires": 14}},
     # Executions whose worker died are resumed, applied ones followed to Ready: a lost worker costs one tick.
     "advance-executions": {"task": "scaling.tasks.advance_executions", "schedule": 15.0, "options": {"expires": 14}},
     # Proposals nobody decided on expire; a minute of resolution is enough for a 10-minute expiry.

@@ -129,6 +129,10 @@ class Pool(models.Model):
     target_queue_per_replica = models.FloatField(
         default=5.0, validators=[MinValueValidator(0.1)], help_text="Waiting requests per ready replica to aim for."
     )
+    replica_capacity_rps = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.001)],
+        help_text="Requests/s one ready replica serves within the SLO (a load test; corrected online by latency).",
+    )
     cold_start_p50_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
     cold_start_p95_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
     scaling_target = models.CharField(max_length=16, choices=ScalingTarget.choices, default=ScalingTarget.DEPLOYMENT)
@@ -156,6 +160,7 @@ class Pool(models.Model):
                 condition=Q(warm_pool_fraction__gte=0) & Q(warm_pool_fraction__lte=1), name="pool_warm_fraction_0_1"
             ),
             models.CheckConstraint(condition=Q(target_queue_per_replica__gt=0), name="pool_target_queue_gt_0"),
+            models.CheckConstraint(condition=Q(replica_capacity_rps__gt=0), name="pool_capacity_gt_0"),
             models.CheckConstraint(
                 condition=Q(cold_start_p50_s__isnull=True)
                 | Q(cold_start_p95_s__isnull=True)

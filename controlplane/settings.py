@@ -172,6 +172,7 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in
 
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)
+PROMETHEUS_TIMEOUT_S = env_int("PROMETHEUS_TIMEOUT_S", 5, minimum=1)
 KUBERNETES_ENABLED = env_bool("KUBERNETES_ENABLED", False)
 KUBERNETES_TIMEOUT_S = env_int("KUBERNETES_TIMEOUT_S", 10, minimum=1)
 # An execution not finished by then is resumed by the next tick (the worker is presumed dead).

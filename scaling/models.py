@@ -117,3 +117,35 @@ class PoolStatus(models.Model):
     @property
     def arriving_replicas(self) -> int:
         return max(0, self.desired_replicas - self.ready_replicas)
+
+
+class PlannerMemory(models.Model):
+    """What the planner must remember between ticks (its PlannerState), and its latest answer.
+
+    Persisted so a restarted worker resumes with the same stabilization window and scale events;
+    the real HPA loses them on restart, Headroom must not.
+    """
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="planner", primary_key=True)
+    state = models.JSONField(default=dict)
+    last_decision = models.JSONField(default=dict, blank=True)
+    seasonal_forecast = models.JSONField(default=dict, blank=True)  # refreshed every few minutes
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class SignalSample(models.Model):
+    """One tick's key signals for one pool: the history forecasts and charts are made from."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField(db_index=True)
+    request_rate_rps = models.FloatField(null=True)  # null: unknown at that tick, never 0
+    queue_depth = models.FloatField(null=True)
+    ttft_p95_s = models.FloatField(null=True)
+    e2e_p95_s = models.FloatField(null=True)
+    ready_replicas = models.IntegerField(null=True)
+    desired_replicas = models.IntegerField(null=True)
+    target_replicas = models.IntegerField(null=True)
+
+    class Meta:
+        ordering = ["at"]
+        indexes = [models.Index(fields=["pool", "at"])]

@@ -31,3 +31,11 @@ def advance_executions() -> None:
 @shared_task(ignore_result=True)
 def expire_proposals() -> None:
     services.expire_due()
+
+
+@shared_task(ignore_result=True)
+def tick() -> None:
+    """Read, decide and propose for every pool (design.md §6)."""
+    from scaling import loop
+
+    loop.tick()

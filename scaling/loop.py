@@ -1,0 +1,352 @@
+"""One iteration of the control loop: load → read → decide → gate → act → record (design.md §6).
+
+`tick()` reads every pool's replicas from its cluster (Kubernetes API) and its signals from the
+cluster's Prometheus (one batched query per signal per cluster), forecasts the request rate from
+the stored history, runs the pure planner with its persisted memory, and turns the answer into
+proposals (which policy may approve at once). It is what the Celery beat runs every 15 s and what
+`manage.py tick` runs by hand. A second worker running the same tick creates nothing twice: the
+proposals carry an idempotency key per pool, kind, target and minute.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.choices import Channel, SloIndicator
+from controlplane.models import Cluster, Pool
+from scaling import services
+from scaling.choices import ACTIVE_STATES, ProposalKind, ProposalState
+from scaling.drivers.cluster import DriverError
+from scaling.drivers.prometheus import PrometheusConfig, PrometheusSignalSource
+from scaling.drivers.registry import cluster_driver, workload_of
+from scaling.drivers.signals import PoolSelector
+from scaling.engine import planner
+from scaling.engine.forecast import forecast
+from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan
+from scaling.engine.queue_depth import QueueDepthPolicy
+from scaling.engine.rate_series import from_values
+from scaling.engine.signals import PoolSignals, Reading
+from scaling.models import PlannerMemory, Proposal, SignalSample
+
+FORECAST_BIN_S = 60.0  # samples are averaged into 1-minute bins before forecasting
+RECENT_HISTORY = timedelta(hours=2)  # the lead-time forecast reads the last 2 hours
+SEASONAL_BIN_S = 600.0  # the 30-minute forecast reads 10-minute bins over up to 8 days
+SEASONAL_HISTORY = timedelta(days=8)
+SEASONAL_EVERY = timedelta(minutes=5)
+SAMPLE_RETENTION = timedelta(days=9)
+
+# Which planner term becomes which kind of proposal.
+KIND_BY_BINDING = {
+    planner.PREDICTIVE: ProposalKind.PRESCALE,
+    planner.SCHEDULED: ProposalKind.SCHEDULED,
+    planner.WARM_FLOOR: ProposalKind.WARM_POOL,
+    planner.PRESCALE_HOLD: ProposalKind.PRESCALE,
+}
+
+
+@dataclass(frozen=True)
+class PoolTick:
+    pool: str
+    read: dict[str, Any]
+    decided: dict[str, Any]
+    did: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TickReport:
+    at: str
+    pools: list[PoolTick]
+    errors: dict[str, str]
+    expired: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def _signal_source(cluster: Cluster) -> PrometheusSignalSource | None:
+    if not settings.PROMETHEUS_ENABLED or not cluster.prometheus_url:
+        return None
+    return PrometheusSignalSource(PrometheusConfig(cluster.prometheus_url, timeout_s=settings.PROMETHEUS_TIMEOUT_S))
+
+
+def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[dict[int, PoolSignals], dict[str, str]]:
+    """Every pool's signals: Prometheus for load and latency, the Kubernetes API for replicas."""
+    errors: dict[str, str] = {}
+    signals = {pool.pk: PoolSignals(pool=pool.name) for pool in pools}
+    source = _signal_source(cluster)
+    if source is not None:
+        read = source.read([PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools])
+        signals.update({int(key): value for key, value in read.pools.items()})
+        errors.update({f"{cluster.name}: prometheus {name}": error for name, error in read.errors.items()})
+    try:
+        driver = cluster_driver(cluster)
+    except DriverError as exc:
+        errors[f"{cluster.name}: kubernetes"] = str(exc)
+        return signals, errors
+    for pool in pools:
+        try:
+            status = driver.status(workload_of(pool))
+        except DriverError as exc:
+            errors[f"{pool}: kubernetes"] = str(exc)
+            continue
+        services.record_status(pool, status.desired, status.ready, now)
+        fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731 - read just now
+        signals[pool.pk] = replace(
+            signals[pool.pk], ready_replicas=fresh(status.ready), desired_replicas=fresh(status.desired),
+            arriving_replicas=fresh(status.arriving),
+        )
+    return signals, errors
+
+
+# --- planning inputs -----------------------------------------------------------------------------
+
+
+def pool_plan(pool: Pool) -> PoolPlan:
+    """The planner's view of a pool: its bounds, capacity, SLO and cold start."""
+    slo = next((s for s in pool.slos.all() if s.indicator == SloIndicator.TTFT_P95), None)
+    slo_latency_s = slo.threshold / 1000.0 if slo else 1.0
+    return PoolPlan(
+        capacity_rps_per_replica=pool.replica_capacity_rps,
+        min_replicas=pool.min_replicas,
+        max_replicas=pool.max_replicas,
+        slo_latency_s=slo_latency_s,
+        unloaded_latency_s=min(0.2, slo_latency_s / 2),
+        cold_start_p95_s=pool.cold_start_p95_s or 90.0,
+        decision_delay_s=30.0,
+        warm_pool_fraction=pool.warm_pool_fraction,
+        queue=QueueDepthPolicy(target_waiting_per_replica=pool.target_queue_per_replica,
+                               min_replicas=pool.min_replicas, max_replicas=pool.max_replicas),
+    )
+
+
+def _binned_rates(pool: Pool, since: datetime, now: datetime, bin_s: float) -> np.ndarray:
+    """Mean request rate per bin ending now; NaN for bins with no known sample (a gap, not zero)."""
+    bins = int((now - since).total_seconds() // bin_s)
+    sums, counts = np.zeros(bins), np.zeros(bins)
+    rows = SignalSample.objects.filter(pool=pool, at__gt=since, request_rate_rps__isnull=False)
+    for at, rate in rows.values_list("at", "request_rate_rps"):
+        index = bins - 1 - int((now - at).total_seconds() // bin_s)
+        if 0 <= index < bins:
+            sums[index] += rate
+            counts[index] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _forecast(values: np.ndarray, step_s: float, horizon_s: float) -> ForecastPoint | None:
+    trimmed = values[np.argmax(np.isfinite(values)):] if np.isfinite(values).any() else values[:0]
+    if np.isfinite(trimmed).sum() < 2:
+        return None
+    made = forecast(from_values(trimmed, step_s), horizon_s)
+    point = ForecastPoint(horizon_s, made.expected_rps, made.p90_rps)
+    return point if point.usable else None
+
+
+def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
+    """The lead-time forecast (fine recent bins) and the 30-minute peak (coarse bins over days, cached)."""
+    recent = _binned_rates(pool, now - RECENT_HISTORY, now, FORECAST_BIN_S)
+    lead = _forecast(recent, FORECAST_BIN_S, plan.lead_s)
+    cached = memory.seasonal_forecast or {}
+    made_at = datetime.fromisoformat(cached["made_at"]) if cached.get("made_at") else None
+    if made_at is None or now - made_at >= SEASONAL_EVERY:
+        seasonal_rates = _binned_rates(pool, now - SEASONAL_HISTORY, now, SEASONAL_BIN_S)
+        far = _forecast(seasonal_rates, SEASONAL_BIN_S, plan.prescale_horizon_s) or _forecast(
+            recent, FORECAST_BIN_S, plan.prescale_horizon_s)
+        memory.seasonal_forecast = {"made_at": now.isoformat(), "expected": far.expected_rps if far else None,
+                                    "p90": far.p90_rps if far else None}
+    cached = memory.seasonal_forecast
+    far = (ForecastPoint(plan.prescale_horizon_s, cached["expected"], cached["p90"])
+           if cached.get("expected") is not None else None)
+    if lead is None:
+        return None, far, recent
+    if far is None:
+        return lead, lead, recent
+    peak = far if far.expected_rps >= lead.expected_rps else lead
+    return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps)), recent
+
+
+def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner.ScheduleWindow, ...]:
+    """Occurrences of the pool's weekly windows from yesterday to tomorrow, in epoch seconds.
+
+    The planner pre-scales one lead time (cold start + decision delay) before a window starts; a
+    window's own `lead_minutes` asks for more, so its start is moved earlier by the difference.
+    """
+    windows = []
+    for window in pool.schedules.all():
+        zone = ZoneInfo(window.time_zone)
+        local_today = now.astimezone(zone).date()
+        for offset in (-1, 0, 1):
+            day = local_today + timedelta(days=offset)
+            if day.weekday() != window.weekday:
+                continue
+            start = datetime.combine(day, window.start, zone)
+            end = datetime.combine(day + timedelta(days=1) if window.end <= window.start else day, window.end, zone)
+            extra_lead_s = max(0.0, window.lead_minutes * 60 - plan.lead_s)
+            windows.append(planner.ScheduleWindow(start.timestamp() - extra_lead_s, end.timestamp(),
+                                                  window.prescale_factor - 1.0))
+    return tuple(windows)
+
+
+def arriving_ready_in(pool: Pool, signals: PoolSignals, plan: PoolPlan, now: datetime) -> tuple[float, ...]:
+    """Seconds until each starting replica is expected Ready, from the last applied change."""
+    arriving = int(signals.arriving_replicas.value or 0) if signals.arriving_replicas.is_known else 0
+    if arriving <= 0:
+        return ()
+    last = Proposal.objects.filter(pool=pool, applied_at__isnull=False).order_by("-applied_at").first()
+    started = last.applied_at if last else now
+    remaining = max(0.0, plan.cold_start_p95_s - (now - started).total_seconds())
+    return (remaining,) * arriving
+
+
+def approved_floor(pool: Pool) -> int:
+    """An approved pre-scale still being carried out holds its target as a floor."""
+    active = Proposal.objects.filter(pool=pool, kind=ProposalKind.PRESCALE,
+                                     state__in=[ProposalState.APPROVED, ProposalState.EXECUTING])
+    return max(active.values_list("target_replicas", flat=True), default=0)
+
+
+# --- deciding and acting -------------------------------------------------------------------------
+
+
+def _decision_dict(decision: Decision) -> dict[str, Any]:
+    return {
+        "target_replicas": decision.target_replicas,
+        "current_replicas": decision.current_replicas,
+        "ready_replicas": decision.ready_replicas,
+        "arriving_replicas": decision.arriving_replicas,
+        "binding": decision.binding,
+        "reasons": list(decision.reasons),
+        "terms": [{"name": t.name, "replicas": t.replicas, "numbers": t.numbers} for t in decision.terms],
+        "hold": decision.hold,
+        "signals_unknown_for_s": None if math.isinf(decision.signals_unknown_for_s) else decision.signals_unknown_for_s,
+        "staleness_alert": decision.staleness_alert,
+        "capacity_per_replica_rps": decision.capacity_per_replica_rps,
+        "prescale": asdict(decision.prescale) if decision.prescale else None,
+    }
+
+
+def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoint | None,
+              capacity_rps: float, ready: int, target: int) -> dict[str, Any]:
+    """The chart behind a proposal: the last 20 minutes observed, then the forecasts, against capacity."""
+    observed = [None if not math.isfinite(v) else round(float(v), 3) for v in recent[-20:]]
+    ahead = [p for p in (lead, peak) if p is not None]
+    return {
+        "window": f"last {len(observed)} min, then +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min",
+        "forecast_expected": observed + [round(p.expected_rps, 3) for p in ahead],
+        "forecast_p90": [None] * len(observed) + [round(p.p90_rps, 3) for p in ahead],
+        "capacity": [round(ready * capacity_rps, 3)] * len(observed) + [round(target * capacity_rps, 3)] * len(ahead),
+    }
+
+
+def _reason_list(decision: Decision) -> list[dict[str, str]]:
+    details = []
+    for term in decision.terms:
+        if term.replicas is not None:
+            numbers = ", ".join(f"{key}={value:.3g}" for key, value in term.numbers.items())
+            details.append({"code": term.name, "detail": f"{term.replicas} replicas ({numbers})"})
+    details.append({"code": decision.binding, "detail": "binding: " + ", ".join(decision.reasons)})
+    return details
+
+
+def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[str, Any], now: datetime) -> list[str]:
+    """Turn a decision into at most one proposal; nothing when an active one already asks for it."""
+    auto = core.Actor(user=None, channel=Channel.AUTO)
+    current = decision.current_replicas
+    if decision.prescale is not None:
+        kind, target = ProposalKind.PRESCALE, decision.prescale.target_replicas
+    elif decision.target_replicas is not None and current is not None and decision.target_replicas != current:
+        target = decision.target_replicas
+        kind = KIND_BY_BINDING.get(decision.binding, ProposalKind.REACTIVE)
+    else:
+        return []
+    target = max(pool.min_replicas, min(pool.max_replicas, target))
+    if current is None or target == current:
+        return []
+    active = Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES)
+    if active.filter(target_replicas=target).exists() or (
+        kind == ProposalKind.PRESCALE and active.filter(kind=kind, target_replicas__gte=target).exists()
+    ):
+        return []
+    reasons = _reason_list(decision)
+    if decision.prescale is not None:
+        p = decision.prescale
+        reasons.insert(0, {"code": planner.PRESCALE, "detail": (
+            f"forecast peak {p.forecast_peak_rps:.2f} req/s is {p.ratio:.1f}x the current {p.current_rps:.2f} req/s "
+            f"within {p.horizon_s / 60:.0f} min: warm pool {p.warm_pool_replicas} + 50 % buffer")})
+    key = f"loop:{pool.pk}:{kind}:{target}:{now:%Y%m%d%H%M}"
+    try:
+        proposal = services.propose(pool, target, kind, auto, current=current, reasons=reasons, signals=signals,
+                                    evidence=evidence, idempotency_key=key, now=now)
+    except services.InvalidProposal as exc:
+        return [f"no proposal: {exc}"]
+    return [f"proposal #{proposal.pk} {kind} {current} → {target}: {proposal.state}"]
+
+
+def _signals_dict(signals: PoolSignals) -> dict[str, Any]:
+    return {name: (round(float(r.value), 4) if r.is_known else None) for name, r in signals.readings().items()}
+
+
+def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
+    plan = pool_plan(pool)
+    with transaction.atomic():
+        memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
+        state = PlannerState.from_dict(memory.state) if memory.state else PlannerState()
+        rate = signals.request_rate_rps
+        lead, peak, recent = forecasts(pool, plan, memory, now)
+        finite_recent = recent[np.isfinite(recent)]
+        inputs = PlanInput(
+            now_s=now.timestamp(), signals=signals,
+            arriving_ready_in_s=arriving_ready_in(pool, signals, plan, now),
+            forecast_lead=lead, forecast_peak=peak, windows=schedule_windows(pool, plan, now),
+            approved_floor=approved_floor(pool),
+            recent_peak_rps=float(finite_recent[-30:].max()) if finite_recent.size else None,
+        )
+        decision = planner.plan(inputs, plan, state)
+        memory.state = decision.state.to_dict()
+        memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
+        memory.save()
+        SignalSample.objects.create(
+            pool=pool, at=now, request_rate_rps=rate.value if rate.is_known else None,
+            queue_depth=signals.queue_depth.value if signals.queue_depth.is_known else None,
+            ttft_p95_s=signals.ttft_p95_s.value if signals.ttft_p95_s.is_known else None,
+            e2e_p95_s=signals.e2e_p95_s.value if signals.e2e_p95_s.is_known else None,
+            ready_replicas=decision.ready_replicas, desired_replicas=decision.current_replicas,
+            target_replicas=decision.target_replicas,
+        )
+    read = _signals_dict(signals)
+    evidence = _evidence(recent, lead, peak, decision.capacity_per_replica_rps, decision.ready_replicas or 0,
+                         decision.target_replicas or 0)
+    did = act(pool, decision, evidence, read, now)
+    return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
+
+
+def tick(pools: list[Pool] | None = None, now: datetime | None = None) -> TickReport:
+    """One loop iteration over the given pools (all pools by default)."""
+    now = now or timezone.now()
+    pools = pools if pools is not None else list(
+        Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules"))
+    by_cluster: dict[int, list[Pool]] = {}
+    for pool in pools:
+        by_cluster.setdefault(pool.cluster_id, []).append(pool)
+    reports, errors = [], {}
+    for cluster_pools in by_cluster.values():
+        signals, cluster_errors = read_cluster(cluster_pools[0].cluster, cluster_pools, now)
+        errors.update(cluster_errors)
+        for pool in cluster_pools:
+            reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now))
+    expired = services.expire_due(now)
+    SignalSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
+    return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired)
+

@@ -1,0 +1,82 @@
+"""The control loop against the sandbox: replicas from the Kubernetes API, hold on unknown signals,
+and a surge seen through a real Prometheus turned into an executed scale-up."""
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+
+from controlplane.models import Pool
+from sandbox.kube.cluster import SandboxCluster
+from scaling import loop
+from scaling.choices import ProposalState
+from scaling.drivers.kubernetes import KubernetesDriver
+from scaling.drivers.registry import workload_of
+from scaling.models import PlannerMemory, Proposal, SignalSample
+
+
+def test_it_reads_replicas_and_holds_when_signals_are_unknown(kube_pool: Pool, settings) -> None:  # noqa: ANN001
+    settings.PROMETHEUS_ENABLED = False
+    report = loop.tick([kube_pool])
+    [pool] = report.pools
+    assert pool.read["ready_replicas"] is not None and pool.read["desired_replicas"] == 1
+    assert pool.read["queue_depth"] is None  # unknown, never 0
+    assert pool.decided["hold"] is True and "SignalsUnknownHold" in pool.decided["reasons"]
+    assert pool.decided["target_replicas"] == 1 and pool.did == []
+    assert not Proposal.objects.exists()
+    kube_pool.refresh_from_db()
+    assert kube_pool.status.desired_replicas == 1
+    assert PlannerMemory.objects.get(pool=kube_pool).last_decision["binding"]
+    assert SignalSample.objects.get(pool=kube_pool).request_rate_rps is None
+
+
+def test_an_unreachable_cluster_is_reported_and_nothing_scales_down(pool: Pool, settings) -> None:
+    settings.KUBERNETES_ENABLED = True
+    pool.cluster.kube_api_url = "http://127.0.0.1:9"  # nothing listens there
+    pool.cluster.save()
+    report = loop.tick([Pool.objects.select_related("cluster").get(pk=pool.pk)])
+    assert any("kubernetes" in where for where in report.errors)
+    assert report.pools[0].decided["target_replicas"] is None and report.pools[0].did == []
+
+
+def test_the_tick_command_prints_what_it_read_decided_and_did(kube_pool: Pool, settings) -> None:  # noqa: ANN001
+    out = StringIO()
+    call_command("tick", "--pool", "chat-8b", stdout=out, stderr=StringIO())
+    text = out.getvalue()
+    assert "gpu-us-east/chat-8b" in text and "read     ready" in text and "decided  target 1" in text
+    out = StringIO()
+    call_command("tick", "--json", stdout=out, stderr=StringIO())
+    assert json.loads(out.getvalue())["pools"][0]["pool"] == "gpu-us-east/chat-8b"
+    with pytest.raises(CommandError, match="No pool named 'nope'"):
+        call_command("tick", "--pool", "nope")
+
+
+@pytest.mark.prometheus
+@pytest.mark.django_db(transaction=True)
+def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: User, settings) -> None:
+    from sandbox.registration import register
+    from sandbox.runtime import Sandbox, SandboxConfig
+    from sandbox.replica import wait_until
+
+    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
+    config = SandboxConfig(pools=1, scenario="surge", speed=8.0, cold_start_s=4.0, scrape_interval_s=1.0,
+                           max_num_seqs=2)
+    with Sandbox(config) as sandbox:
+        register(sandbox)
+        pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
+
+        def scaled_up() -> bool:
+            loop.tick([pool])
+            return Proposal.objects.filter(pool=pool, target_replicas__gt=1).exists()
+
+        assert wait_until(scaled_up, 90, interval=2.0), "no scale-up proposal during the surge"
+        proposal = Proposal.objects.filter(pool=pool).order_by("created_at").first()
+        assert proposal.kind == "reactive" and proposal.decided_channel == "auto"
+        assert any(reason["code"] == "ReactiveQueueDepth" for reason in proposal.reasons)
+        assert proposal.signals["queue_depth"] > 0
+        assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
+        status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
+        assert status.desired >= proposal.target_replicas
