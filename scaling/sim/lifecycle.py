@@ -8,6 +8,7 @@ its last request finishes.
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -50,8 +51,10 @@ class ReplicaSet:
         self.rng = rng
         self.replicas: list[Replica] = []
         self.ready_ids: list[int] = []  # routing order is by id; kept sorted
-        self._starting: list[Replica] = []  # kept apart: a long replay creates thousands of replicas
-        self._next_ready_at = math.inf
+        # Starting replicas, kept apart (a long replay creates hundreds of thousands of replicas):
+        # by id in request order, and on a heap by ready time (cancelled ones are skipped lazily).
+        self._starting: dict[int, Replica] = {}
+        self._ready_heap: list[tuple[float, int]] = []
         self._normals: list[float] = []  # cold-start draws, taken from the generator in blocks
         self.cold_starts = 0
 
@@ -64,7 +67,7 @@ class ReplicaSet:
 
     @property
     def starting(self) -> list[Replica]:
-        return list(self._starting)
+        return list(self._starting.values())
 
     @property
     def starting_count(self) -> int:
@@ -79,19 +82,21 @@ class ReplicaSet:
         return self.ready_count + len(self._starting)
 
     def next_ready_at(self) -> float:
-        return self._next_ready_at
-
-    def _starting_changed(self) -> None:
-        self._next_ready_at = min((r.ready_at for r in self._starting), default=math.inf)
+        heap = self._ready_heap
+        while heap and heap[0][1] not in self._starting:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else math.inf
 
     def promote_due(self, now: float) -> list[int]:
         """Move every starting replica whose cold start is over to ready; returns their ids."""
-        promoted = [r.replica_id for r in self._starting if r.ready_at <= now]
-        if promoted:
-            for replica_id in promoted:
+        promoted = []
+        heap = self._ready_heap
+        while heap and heap[0][0] <= now:
+            replica_id = heapq.heappop(heap)[1]
+            if self._starting.pop(replica_id, None) is not None:
                 self.replicas[replica_id].state = ReplicaState.READY
-            self._starting = [r for r in self._starting if r.state is ReplicaState.STARTING]
-            self._starting_changed()
+                promoted.append(replica_id)
+        if promoted:
             self.ready_ids = sorted(self.ready_ids + promoted)
         return promoted
 
@@ -100,16 +105,16 @@ class ReplicaSet:
         change = desired - self.desired_count
         if change > 0:
             for _ in range(change):
-                self._starting.append(self._new(now, now + self._draw_cold_start_s()))
+                replica = self._new(now, now + self._draw_cold_start_s())
+                self._starting[replica.replica_id] = replica
+                heapq.heappush(self._ready_heap, (replica.ready_at, replica.replica_id))
                 self.cold_starts += 1
-            self._starting_changed()
             return []
         removed: list[int] = []
-        for replica in sorted(self._starting, key=lambda r: -r.requested_at)[: -change]:
+        for replica_id in list(reversed(self._starting))[: -change]:  # newest first
+            replica = self._starting.pop(replica_id)
             replica.state, replica.gone_at = ReplicaState.GONE, now
-            self._starting.remove(replica)
             change += 1
-        self._starting_changed()
         if change < 0:
             by_free_first = sorted(self.ready_ids, key=last_request_end)[: -change]
             for replica_id in by_free_first:
