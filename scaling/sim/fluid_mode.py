@@ -144,7 +144,8 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         if ready:  # mean backlog over the step: work arrives at a constant rate, `ready` GPUs drain it
             slope = work / step_s - ready
             if slope >= 0 or backlog_s + slope * step_s >= 0:
-                wait = max(0.0, backlog_s + slope * step_s / 2) / ready
+                wait = backlog_s + slope * step_s / 2
+                wait = wait / ready if wait > 0.0 else 0.0
             else:
                 wait = backlog_s * backlog_s / (-slope) / (2 * step_s) / ready
             batch = int(decoding / ready) + 1
