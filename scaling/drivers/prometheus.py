@@ -115,10 +115,9 @@ class PrometheusConfig:
 def render(template: str, labels: LabelMapping, window: str) -> str:
     """One query with its placeholders filled in."""
     carry = [label for label in labels.pool_labels if label not in labels.join_labels]
-    body = template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window,
+    return template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window,
                            replica=labels.replica_label, join=", ".join(labels.join_labels),
                            carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry))
-    return body
 
 
 class PrometheusSignalSource:
@@ -127,8 +126,8 @@ class PrometheusSignalSource:
     def __init__(self, config: PrometheusConfig, client: PrometheusConnect | None = None) -> None:
         self.config = config
         # Retries off: a failed read is reported and the planner holds; the next tick reads again.
-        self.client = client or PrometheusConnect(url=config.url, retry=Retry(total=0, read=False, raise_on_status=False),
-                                                  timeout=config.timeout_s)  # type: ignore[arg-type]
+        no_retries = Retry(total=0, read=False, raise_on_status=False)
+        self.client = client or PrometheusConnect(url=config.url, retry=no_retries, timeout=config.timeout_s)  # type: ignore[arg-type]
 
     def read(self, pools: Sequence[PoolSelector], at_s: float | None = None) -> SignalRead:
         """Every pool's signals, all queries evaluated at one instant (`at_s`, default now)."""
@@ -152,10 +151,9 @@ class PrometheusSignalSource:
                 readings[pool_name][signal] = _reading(value, evaluated_at, scraped_at.get(pool_name))
         waiting: dict[str, list[Reading]] = {pool.name: [] for pool in pools}
         for series in run("waiting_per_replica", WAITING_PER_REPLICA):
-            pool_name = keys.get(self._key(series["metric"]))
-            if pool_name is not None:
-                value, evaluated_at = _sample(series)
-                waiting[pool_name].append(_reading(value, evaluated_at, fresh["vllm"].get(pool_name)))
+            pool_name, point = keys.get(self._key(series.get("metric", {}))), _sample(series)
+            if pool_name is not None and point is not None:
+                waiting[pool_name].append(_reading(*point, fresh["vllm"].get(pool_name)))
         signals = {
             pool.name: replace(PoolSignals(pool=pool.name, waiting_per_ready_replica=tuple(waiting[pool.name])),
                                **readings[pool.name])  # type: ignore[arg-type]
@@ -177,15 +175,19 @@ class PrometheusSignalSource:
     def _by_pool(self, result: list[dict[str, Any]], keys: dict[tuple[str, ...], str]) -> dict[str, tuple[float, float]]:
         out: dict[str, tuple[float, float]] = {}
         for series in result:
-            pool_name = keys.get(self._key(series.get("metric", {})))
-            if pool_name is not None:
-                out[pool_name] = _sample(series)
+            pool_name, point = keys.get(self._key(series.get("metric", {}))), _sample(series)
+            if pool_name is not None and point is not None:
+                out[pool_name] = point
         return out
 
 
-def _sample(series: dict[str, Any]) -> tuple[float, float]:
-    evaluated_at, raw = series["value"]
-    return float(raw), float(evaluated_at)  # float() reads "NaN", "+Inf"
+def _sample(series: dict[str, Any]) -> tuple[float, float] | None:
+    """(value, evaluation time); None for a malformed series (read as missing)."""
+    try:
+        evaluated_at, raw = series["value"]
+        return float(raw), float(evaluated_at)  # float() reads "NaN", "+Inf"
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _reading(value: float, evaluated_at: float, scraped_at: tuple[float, float] | None) -> Reading:
