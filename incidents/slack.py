@@ -31,6 +31,8 @@ SIGNATURE_WINDOW = timedelta(minutes=5)  # Slack's advice: refuse older requests
 
 def signature_problem(body: bytes, timestamp: str | None, signature: str | None, now: datetime) -> str | None:
     """Why a request is not from Slack (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`), or None if it is."""
+    if not settings.SLACK_SIGNING_SECRET:
+        return "no signing secret is configured"  # an empty key would let anyone sign
     if not timestamp or not signature:
         return "missing X-Slack-Request-Timestamp or X-Slack-Signature"
     if not timestamp.isdigit():
@@ -100,7 +102,7 @@ def _decide(click: Click, request_id: str) -> tuple[str, str]:
     actor = core.Actor(user=identity.user, channel=ActorChannel.SLACK, request_id=request_id)
     decide = scaling.approve if verb == "approve" else scaling.reject
     try:
-        proposal = decide(click.proposal_id, actor)
+        decide(click.proposal_id, actor)
     except Proposal.DoesNotExist:
         return SlackOutcome.IGNORED, f"Nothing changed: proposal #{click.proposal_id} does not exist any more."
     except scaling.ProposalForbidden as exc:
@@ -108,7 +110,7 @@ def _decide(click: Click, request_id: str) -> tuple[str, str]:
     except scaling.ProposalConflict as exc:
         who = f" (decided by {exc.proposal.decided_by.get_username()})" if exc.proposal.decided_by else ""
         return SlackOutcome.CONFLICT, f"Nothing changed: {exc}{who}"
-    return (SlackOutcome.APPROVED if proposal.state != "rejected" else SlackOutcome.REJECTED), ""
+    return (SlackOutcome.APPROVED if verb == "approve" else SlackOutcome.REJECTED), ""
 
 
 def _remember_message(channel: Channel, proposal: Proposal, response_url: str, now: datetime) -> None:

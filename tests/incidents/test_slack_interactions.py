@@ -1,7 +1,11 @@
 """The Slack interaction endpoint: signatures, one decision per click, permissions, replies."""
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import time
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -170,3 +174,16 @@ def test_it_answers_at_once_and_leaves_sending_and_execution_to_celery(
     assert response.status_code == 200 and time.monotonic() - started < 3
     assert Proposal.objects.get(pk=proposal.pk).state == ProposalState.APPROVED  # the decision is recorded at once
     assert receiver.requests == [] and len(queued) >= 2  # execution and the message edit wait for the commit
+
+
+def test_an_empty_signing_secret_refuses_everything(client, settings, pool: Pool, alice: User, bob: User,  # noqa: ANN001
+                                                    slack_channel: Channel, receiver: Receiver) -> None:
+    settings.SLACK_SIGNING_SECRET = ""
+    link(bob, "UBOB")
+    proposal = propose(pool, alice)
+    payload = click_payload(proposal, slack_channel, "UBOB", receiver.url(RESPONSE))
+    timestamp = int(time.time())
+    body = urlencode({"payload": json.dumps(payload)})
+    signature = "v0=" + hmac.new(b"", f"v0:{timestamp}:{body}".encode(), hashlib.sha256).hexdigest()  # slack_sdk refuses ""
+    assert signed_post(client, payload, timestamp=timestamp, signature=signature).status_code == 401
+    assert Proposal.objects.get(pk=proposal.pk).state == ProposalState.PENDING
