@@ -30,13 +30,13 @@ system-deps:
 		echo "installing Debian's prometheus package"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-migrate: install
+migrate: install system-deps
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput -v 0
 
+# The live demo: SQLite, the sandbox fleet and Kubernetes API, the control loop in-process, the UI.
 demo: install migrate
 	DEBUG=1 $(BIN)/python manage.py seed_demo
-	@echo "Headroom is at http://127.0.0.1:$(PORT)/  (log in as alice / headroom-demo; Ctrl-C stops it)"
-	DEBUG=1 $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT)
 
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/sandbox_realvllm)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 
+from scaling.sim.profiles import PoolProfile, inter_token_seconds, prefill_seconds
+
 from sandbox.runtime import Sandbox
 
 CLUSTER_NAME = "sandbox"
@@ -18,44 +20,53 @@ class RegistrationError(RuntimeError):
     """The records could not be written; the message says why and what to do."""
 
 
-def register(sandbox: Sandbox) -> str:
-    """Create or update the sandbox's Cluster and Pool rows; returns a one-line summary."""
-    from controlplane.choices import ScalingTarget
-    from controlplane.models import Cluster, Pool, Team
+def replica_capacity_rps(profile: PoolProfile, prompt_tokens: int = 500, output_tokens: int = 100,
+                         utilisation: float = 0.7) -> float:
+    """Requests/s one replica serves with every batch slot busy, derated to a utilisation that keeps
+    queues short: slots / (prefill + decode time of a typical request) x utilisation."""
+    slots = profile.max_num_seqs
+    service_s = prefill_seconds(profile, prompt_tokens, slots) + output_tokens * inter_token_seconds(profile, slots)
+    return round(utilisation * slots / service_s, 3)
 
+
+def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
+    """Create or update the sandbox's Cluster, Pools and their TTFT SLOs (audited); returns a summary."""
+    from controlplane import services
+    from controlplane.choices import Channel, ScalingTarget, SloIndicator
+    from controlplane.models import SLO, Cluster, Pool, Team
+
+    actor = services.Actor(user=None, channel=Channel.CLI)
     speed = sandbox.config.speed
     try:
         with transaction.atomic():
-            team, _ = Team.objects.get_or_create(slug=TEAM_SLUG, defaults={"name": TEAM_NAME})
-            cluster, _ = Cluster.objects.get_or_create(name=CLUSTER_NAME, defaults={"team": team})
-            cluster.kube_api_url = sandbox.cluster.url
-            cluster.prometheus_url = sandbox.prometheus.url if sandbox.prometheus else ""
-            cluster.region = "local"
-            # Prices from the simulator's profiles, so cost reports work on the sandbox too.
-            cluster.gpu_prices = {**cluster.gpu_prices, **{
+            team = Team.objects.filter(slug=team_slug).first() or services.upsert_with_audit(
+                actor, Team, {"slug": team_slug}, {"name": TEAM_NAME if team_slug == TEAM_SLUG else team_slug})
+            existing = Cluster.objects.filter(name=CLUSTER_NAME).first()
+            prices = {**(existing.gpu_prices if existing else {}), **{
+                # Prices from the simulator's profiles, so cost figures work on the sandbox too.
                 spec.profile.gpu_type: {"on_demand": spec.profile.gpu_hour_usd} for spec in sandbox.specs}}
-            cluster.full_clean()
-            cluster.save()
+            cluster = services.upsert_with_audit(actor, Cluster, {"name": CLUSTER_NAME}, {
+                "team": team, "kube_api_url": sandbox.cluster.url, "region": "local", "gpu_prices": prices,
+                "prometheus_url": sandbox.prometheus.url if sandbox.prometheus else "",
+            })
             for spec in sandbox.specs:
-                pool = Pool.objects.filter(cluster=cluster, name=spec.name).first() or Pool(
-                    cluster=cluster, team=cluster.team, name=spec.name)
                 cold_p50 = spec.profile.cold_start_p50_s if spec.cold_start_s is None else spec.cold_start_s
                 cold_p95 = spec.profile.cold_start_p95_s if spec.cold_start_s is None else spec.cold_start_s
-                pool.namespace = spec.namespace
-                pool.deployment = spec.name
-                pool.model_name = spec.served_model
-                pool.gpu_type = spec.profile.gpu_type
-                pool.gpus_per_replica = spec.profile.gpus_per_replica
-                pool.min_replicas = spec.min_replicas
-                pool.max_replicas = spec.max_replicas
-                # The control loop runs on the wall clock: register what a replica really takes.
-                pool.cold_start_p50_s = cold_p50 / speed
-                pool.cold_start_p95_s = max(cold_p50, cold_p95) / speed
-                pool.scaling_target = ScalingTarget.DEPLOYMENT
-                pool.route_name = sandbox.cluster.route_name
-                pool.route_backend = spec.name
-                pool.full_clean()
-                pool.save()
+                pool = services.upsert_with_audit(actor, Pool, {"cluster": cluster, "name": spec.name}, {
+                    "team": team, "namespace": spec.namespace, "deployment": spec.name,
+                    "model_name": spec.served_model, "gpu_type": spec.profile.gpu_type,
+                    "gpus_per_replica": spec.profile.gpus_per_replica,
+                    "min_replicas": spec.min_replicas, "max_replicas": spec.max_replicas,
+                    # The control loop runs on the wall clock: register what a replica really takes.
+                    "cold_start_p50_s": round(cold_p50 / speed, 1),
+                    "cold_start_p95_s": round(max(cold_p50, cold_p95) / speed, 1),
+                    # Latency is in model seconds, so a wall second carries `speed` times the requests.
+                    "replica_capacity_rps": replica_capacity_rps(spec.profile) * speed,
+                    "scaling_target": ScalingTarget.DEPLOYMENT,
+                    "route_name": sandbox.cluster.route_name, "route_backend": spec.name,
+                })
+                services.upsert_with_audit(actor, SLO, {"pool": pool, "indicator": SloIndicator.TTFT_P95},
+                                           {"threshold": 1000.0, "objective": 0.99})
     except ValidationError as error:
         raise RegistrationError(f"the sandbox's records are invalid: {error.messages}") from None
     except DatabaseError as error:
