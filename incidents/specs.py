@@ -80,6 +80,10 @@ class ChannelSpec:
     url: str
     quiet: tuple[QuietRule, ...] = field(default=())
 
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> ChannelSpec:
+        raise NotImplementedError
+
     def quiet_reason(self, tier: str, at: datetime) -> str:
         """Why a new message for a pool of `tier` is muted now, or ''."""
         return next((rule.describe() for rule in self.quiet if rule.mutes(tier, at)), "")
