@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.fleet, name="fleet"),
     path("clusters/", views.clusters, name="clusters"),
     path("pools/<int:pk>/", views.pool_detail, name="pool-detail"),
+    path("pools/<int:pk>/live/", views.pool_live, name="pool-live"),
     re_path(r"^(?P<kind>cluster|pool|slo|schedule)/new/$", views.edit_object, name="object-create"),
     re_path(r"^(?P<kind>cluster|pool|slo|schedule)/(?P<pk>[0-9]+)/edit/$", views.edit_object, name="object-edit"),
     re_path(r"^(?P<kind>cluster|pool|slo|schedule)/(?P<pk>[0-9]+)/delete/$", views.delete_object, name="object-delete"),

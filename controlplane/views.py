@@ -5,13 +5,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
-from django.db.models import ProtectedError
+from django.db.models import Count, ProtectedError, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from controlplane import forms, permissions, services
+from controlplane.charts import Series, line_chart
 from controlplane.choices import Channel, Role
 from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
 
@@ -35,8 +36,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def _visible_pools(request: HttpRequest):  # noqa: ANN202
-    pools = Pool.objects.select_related("cluster", "team").prefetch_related("slos")
-    return permissions.scoped(pools, request.user)
+    pending = Count("proposals", filter=Q(proposals__state="pending"), distinct=True)
+    pools = Pool.objects.select_related("cluster", "team", "status", "planner").prefetch_related("slos")
+    return permissions.scoped(pools, request.user).annotate(pending_proposals=pending)
 
 
 @login_required
@@ -47,12 +49,31 @@ def fleet(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _live_context(pool: Pool) -> dict:
+    """What the pool page polls: replicas, the planner's latest answer, the last 30 minutes charted."""
+    samples = list(pool.samples.order_by("-at")[:120])[::-1]
+    capacity = [s.ready_replicas * pool.replica_capacity_rps if s.ready_replicas is not None else None for s in samples]
+    chart = line_chart([
+        Series("request rate", [s.request_rate_rps for s in samples], "expected"),
+        Series("ready capacity", capacity, "capacity"),
+    ], y_label="req/s, last 30 min") if samples else None
+    queue_chart = line_chart([Series("waiting requests", [s.queue_depth for s in samples], "upper")],
+                             height=90, y_label="queue") if samples else None
+    planner = getattr(pool, "planner", None)
+    return {"pool": pool, "status": getattr(pool, "status", None), "decision": planner.last_decision if planner else None,
+            "latest": samples[-1] if samples else None, "chart": chart, "queue_chart": queue_chart}
+
+
+@login_required
+def pool_live(request: HttpRequest, pk: int) -> HttpResponse:
+    pool = get_object_or_404(_visible_pools(request), pk=pk)
+    return render(request, "controlplane/_pool_live.html", _live_context(pool))
+
+
 @login_required
 def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
     pool = get_object_or_404(_visible_pools(request).prefetch_related("schedules"), pk=pk)
-    context = {
-        "pool": pool,
-        "status": getattr(pool, "status", None),  # the last replica counts read from the cluster
+    context = _live_context(pool) | {
         "proposals": pool.proposals.select_related("requested_by", "decided_by")[:20],
         "can_configure": services.has_role(request.user, pool.team, Role.ADMIN),
         "audit": AuditEvent.objects.filter(object_type="controlplane.pool", object_id=str(pool.pk))[:20],

@@ -49,6 +49,7 @@ def test_the_pool_form_shows_inline_errors_and_saves_nothing(bob: User, pool: Po
         "cluster": pool.cluster_id, "name": "new-pool", "team": pool.team_id, "namespace": "inference",
         "deployment": "vllm-new", "model_name": "m", "gpu_type": "H100", "gpus_per_replica": 1,
         "min_replicas": 9, "max_replicas": 2, "warm_pool_fraction": 0.4, "target_queue_per_replica": 5,
+        "replica_capacity_rps": 2.5,
         "scaling_target": "deployment", "priority": "standard",
     }
     response = client.post("/pool/new/", data, HTTP_HX_REQUEST="true")

@@ -80,3 +80,17 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
         status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
         assert status.desired >= proposal.target_replicas
+
+
+def test_the_pool_page_shows_the_planners_latest_answer(kube_pool: Pool, alice: User, settings) -> None:  # noqa: ANN001
+    from django.test import Client
+
+    settings.PROMETHEUS_ENABLED = False
+    loop.tick([kube_pool])
+    client = Client()
+    client.force_login(alice)
+    body = client.get(f"/pools/{kube_pool.pk}/live/", HTTP_HX_REQUEST="true").content.decode()
+    assert body.startswith('<section id="pool-live"') and "Planner: target <strong>1</strong>" in body
+    assert "holding: signals unknown" in body and "<code>HoldCurrent</code>" in body
+    fleet = client.get("/").content.decode()
+    assert "1 / 0 / 1" in fleet or "0 / 1 / 1" in fleet  # ready / arriving / desired, read from the cluster
