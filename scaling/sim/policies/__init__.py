@@ -5,7 +5,7 @@ Later issues add `headroom` with `register_policy("headroom", factory)`; nothing
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 from scaling.sim.config import SimConfig
 from scaling.sim.policies.base import Observation, Policy
@@ -21,11 +21,17 @@ __all__ = ["Observation", "Policy", "PolicyContext", "POLICIES", "build_policy",
 ORACLE_BISECTION_STEPS = 8
 
 
+class ReplayScore(Protocol):
+    """The part of a SimResult the searches read (SimResult imports policies: no cycle)."""
+
+    slo_attainment: float
+
+
 @dataclass
 class PolicyContext:
     workload: Workload
     config: SimConfig
-    evaluate: Callable[[Policy], "SimResultLike"]  # replays a policy in the simulator that will score it
+    evaluate: Callable[[Policy], ReplayScore]  # replays a policy in the simulator that will score it
     static_replicas: int | None = None  # `static` size; None sizes it for the peak
     _peak_replicas: int | None = None
 
@@ -46,8 +52,6 @@ class PolicyContext:
         return self._peak_replicas
 
 
-class SimResultLike:  # the slice of SimResult the registry reads (avoids an import cycle)
-    slo_attainment: float
 
 
 def _static(context: PolicyContext) -> Policy:
