@@ -94,3 +94,38 @@ def test_the_pool_page_shows_the_planners_latest_answer(kube_pool: Pool, alice: 
     assert "holding: signals unknown" in body and "<code>HoldCurrent</code>" in body
     fleet = client.get("/").content.decode()
     assert "1 / 0 / 1" in fleet or "0 / 1 / 1" in fleet  # ready / arriving / desired, read from the cluster
+
+
+def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> None:
+    """Eight days of a noon peak (1 → 10 req/s): at 11:40 the loop proposes warm pool + 50 % for it."""
+    from datetime import datetime, timedelta, timezone as tz
+
+    from scaling.engine.signals import PoolSignals, Reading
+
+    now = datetime(2026, 11, 30, 11, 40, tzinfo=tz.utc)
+    Pool.objects.filter(pk=pool.pk).update(replica_capacity_rps=1.0, max_replicas=30, min_replicas=1)
+    pool = Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules").get(pk=pool.pk)
+    samples = []
+    at = now - timedelta(days=8)
+    while at < now:
+        minutes = at.hour * 60 + at.minute
+        rate = 10.0 if 12 * 60 <= minutes < 14 * 60 else 1.0
+        samples.append(SignalSample(pool=pool, at=at, request_rate_rps=rate, ready_replicas=2, desired_replicas=2))
+        at += timedelta(minutes=2)
+    SignalSample.objects.bulk_create(samples)
+    fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731
+    signals = PoolSignals(pool=pool.name, queue_depth=fresh(0), request_rate_rps=fresh(1.0), ready_replicas=fresh(2),
+                          desired_replicas=fresh(2), arriving_replicas=fresh(0),
+                          waiting_per_ready_replica=(fresh(0), fresh(0)))
+    report = loop.tick_pool(pool, signals, now)
+    proposal = Proposal.objects.get(pool=pool)
+    assert proposal.kind == "prescale" and proposal.current_replicas == 2
+    assert report.decided["prescale"]["ratio"] >= 3
+    # Warm for the forecast peak (~10 req/s at 1 req/s per replica), plus the 50 % buffer.
+    assert 12 <= proposal.target_replicas <= 20
+    assert proposal.reasons[0]["code"] == "PreScaleProposed" and "x the current" in proposal.reasons[0]["detail"]
+    assert proposal.state == ProposalState.PENDING  # a person approves it (not off-hours, not reactive)
+    assert len(proposal.evidence["forecast_p90"]) == len(proposal.evidence["capacity"])
+    # The next tick a minute later does not propose it again.
+    loop.tick_pool(pool, signals, now + timedelta(minutes=1))
+    assert Proposal.objects.filter(pool=pool).count() == 1
