@@ -200,8 +200,26 @@ def load_servegen_clients(path: Path) -> RateTrace:
     if window_starts is None or not clients:
         raise TraceFormatError(path, None, None, "no client CSV files in the archive")
     window_len = float(window_starts[1] - window_starts[0]) if len(window_starts) > 1 else 600.0
+    clients = _fill_collection_gaps(clients)
     total = np.sum([c.rate_rps for c in clients], axis=0)
     return RateTrace(path.name, window_starts - window_starts[0], window_len, total, clients=clients)
+
+
+def _fill_collection_gaps(clients: list[ClientWindows]) -> list[ClientWindows]:
+    """Windows where every client reads 0 are collection gaps (missing data, not idle traffic):
+    each client's rate is interpolated from its neighbours and its fit taken from the window before."""
+    gap = np.sum([c.rate_rps for c in clients], axis=0) == 0
+    if not gap.any() or gap.all():
+        return clients
+    index = np.arange(len(gap))
+    source = np.maximum.accumulate(np.where(~gap, index, -1))
+    source = np.where(source < 0, index[~gap][0], source)  # a leading gap borrows from the first window
+    filled = []
+    for client in clients:
+        rate = client.rate_rps.copy()
+        rate[gap] = np.interp(index[gap], index[~gap], client.rate_rps[~gap])
+        filled.append(ClientWindows(rate, [client.distribution[i] for i in source], client.shape[source], client.scale[source]))
+    return filled
 
 
 def _parse_client(path: Path, text: Iterable[str]) -> tuple[np.ndarray, ClientWindows]:

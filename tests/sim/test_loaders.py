@@ -122,3 +122,13 @@ def test_it_detects_formats(tmp_path):
     assert detect_format(write(tmp_path, "a.csv", AZURE_OK)) == "azure"
     assert detect_format(write(tmp_path, "m.jsonl", MOONCAKE_OK)) == "mooncake"
     assert detect_format(write(tmp_path, "s.csv", SERVEGEN_OK)) == "servegen"
+
+
+def test_it_fills_collection_gaps_of_client_archives(tmp_path):
+    path = client_archive(tmp_path, {
+        "chunk-0-trace.csv": "0,1.0,2.0,Gamma,0.25,4.0\n600,0,0,,0,0\n1200,3.0,1.1,Weibull,0.9,2.0\n",
+        "chunk-1-trace.csv": "0,2.0,1.0,,0,0\n600,0,0,,0,0\n1200,0,0,,0,0\n",
+    })
+    workload = load_trace(path)
+    assert list(workload.rate_rps) == [3.0, 3.0, 3.0]  # every client read 0 at 600 s: interpolated
+    assert workload.clients[0].distribution == ["Gamma", "Gamma", "Weibull"]
