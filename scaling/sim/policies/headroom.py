@@ -208,4 +208,5 @@ def build_headroom(context: object, approval_delay_s: float = 60.0) -> HeadroomP
     """The registry's factory: `context` is a `PolicyContext` (only its config and token mix are read)."""
     config: SimConfig = context.config  # type: ignore[attr-defined]
     workload: Workload = context.workload  # type: ignore[attr-defined]
-    return HeadroomPolicy(pool_plan_for(config, workload), approval_delay_s=approval_delay_s)
+    # The policy bins its observed rates per tick, so it must know the tick the replay will use.
+    return HeadroomPolicy(pool_plan_for(config, workload), approval_delay_s=approval_delay_s, tick_s=config.tick_s or 15.0)
