@@ -79,7 +79,7 @@ class ProposalEvent(models.Model):
     """One transition of a proposal (or a note on it): the timeline, and the notification outbox."""
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField(auto_now_add=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)  # the notification sweep reads recent rows
     from_state = models.CharField(max_length=16, blank=True)
     to_state = models.CharField(max_length=16)
     actor_name = models.CharField(max_length=150)
