@@ -100,10 +100,14 @@ class PoolViewSet(TeamScopedViewSet):
     filterset_class = PoolFilter
 
 
-class SLOFilter(django_filters.FilterSet):
+class PoolChildFilter(django_filters.FilterSet):
+    """Filters for objects that belong to a pool: by the pool's cluster (id) and team (slug)."""
+
     cluster = django_filters.NumberFilter(field_name="pool__cluster")
     team = django_filters.CharFilter(field_name="pool__team__slug")
 
+
+class SLOFilter(PoolChildFilter):
     class Meta:
         model = SLO
         fields = ["pool", "cluster", "team", "indicator"]
@@ -115,10 +119,7 @@ class SLOViewSet(TeamScopedViewSet):
     filterset_class = SLOFilter
 
 
-class ScheduleFilter(django_filters.FilterSet):
-    cluster = django_filters.NumberFilter(field_name="pool__cluster")
-    team = django_filters.CharFilter(field_name="pool__team__slug")
-
+class ScheduleFilter(PoolChildFilter):
     class Meta:
         model = ScheduleWindow
         fields = ["pool", "cluster", "team", "weekday"]

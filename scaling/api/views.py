@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import django_filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -8,16 +7,14 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
+from controlplane.api.views import PoolChildFilter
 from controlplane.choices import Channel, Role
 from scaling import services
 from scaling.api import serializers
 from scaling.models import Proposal
 
 
-class ProposalFilter(django_filters.FilterSet):
-    cluster = django_filters.NumberFilter(field_name="pool__cluster")
-    team = django_filters.CharFilter(field_name="pool__team__slug")
-
+class ProposalFilter(PoolChildFilter):
     class Meta:
         model = Proposal
         fields = ["state", "pool", "kind", "cluster", "team"]

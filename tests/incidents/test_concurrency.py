@@ -1,12 +1,8 @@
 """Slack retrying while the first delivery is still in flight, and two outbox workers: once each."""
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -16,28 +12,10 @@ from incidents.choices import NotificationState
 from incidents.models import Channel, Notification, SlackInteraction
 from scaling.choices import ProposalState
 
+from tests.concurrency import race
 from tests.incidents.conftest import Receiver, click_payload, link, propose, signed_post
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _race(work: Callable[[], object], threads: int = 5) -> list[object]:
-    barrier = threading.Barrier(threads)
-    results: list[object] = []
-
-    def run() -> None:
-        barrier.wait()
-        try:
-            results.append(work())
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=30)
-    return results
 
 
 def test_the_same_click_delivered_five_times_at_once_approves_and_executes_once(
@@ -46,7 +24,7 @@ def test_the_same_click_delivered_five_times_at_once_approves_and_executes_once(
     link(bob, "UBOB")
     proposal = propose(pool, alice)
     payload = click_payload(proposal, slack_channel, "UBOB", receiver.url("/actions/race"))
-    answers = _race(lambda: signed_post(Client(), payload).status_code)
+    answers = race(lambda: signed_post(Client(), payload).status_code, threads=5)
     assert answers == [200] * 5
     assert list(proposal.events.filter(from_state=ProposalState.PENDING).values_list("to_state", flat=True)) == ["approved"]
     assert proposal.events.filter(to_state=ProposalState.EXECUTING).count() == 1
@@ -62,6 +40,6 @@ def test_two_workers_deliver_a_notification_once(pool: Pool, alice: User, slack_
     Notification.objects.update(state=NotificationState.PENDING, attempts=0, next_attempt_at=timezone.now())
     notification_id = Notification.objects.get().pk
     receiver.delay_s = 0.2  # a slow Slack: the other workers arrive while the first is sending
-    deliveries = _race(lambda: services.deliver(notification_id))
+    deliveries = race(lambda: services.deliver(notification_id))
     assert len([delivery for delivery in deliveries if delivery is not None]) == 1
     assert len(receiver.requests) == 2 and Notification.objects.get().attempts == 1

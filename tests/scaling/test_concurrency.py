@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 
 from controlplane import services as core
 from controlplane.choices import Channel
@@ -17,34 +15,14 @@ from scaling.choices import ProposalKind, ProposalState
 from scaling.drivers.kubernetes import KubernetesDriver
 from scaling.models import Proposal
 
+from tests.concurrency import race
+
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _race(work: Callable[[], object], threads: int = 6) -> list[object]:
-    """Run `work` in several threads released at the same instant; collect results or exceptions."""
-    barrier = threading.Barrier(threads)
-    results: list[object] = []
-
-    def run() -> None:
-        barrier.wait()
-        try:
-            results.append(work())
-        except Exception as exc:  # the losers' answers are part of what we check
-            results.append(exc)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(30)
-    return results
 
 
 def test_a_double_click_approves_once(pool: Pool, alice: User, bob: User) -> None:
     proposal = services.propose(pool, 4, ProposalKind.PRESCALE, core.Actor(alice, Channel.API), current=1)
-    results = _race(lambda: services.approve(proposal.pk, core.Actor(bob, Channel.WEB)))
+    results = race(lambda: services.approve(proposal.pk, core.Actor(bob, Channel.WEB)))
     approvals = [result for result in results if isinstance(result, Proposal)]
     conflicts = [result for result in results if isinstance(result, services.ProposalConflict)]
     assert len(approvals) == 1 and len(conflicts) == len(results) - 1
@@ -60,7 +38,7 @@ def test_concurrent_proposals_leave_one_pending(pool: Pool, alice: User) -> None
             target = next(counter)
         return services.propose(pool, target, ProposalKind.MANUAL, core.Actor(alice, Channel.API), current=1)
 
-    results = _race(propose)
+    results = race(propose)
     assert all(isinstance(result, Proposal) for result in results), results
     assert Proposal.objects.filter(pool=pool, state=ProposalState.PENDING).count() == 1
     assert Proposal.objects.filter(pool=pool, state=ProposalState.SUPERSEDED).count() == 5
@@ -69,7 +47,7 @@ def test_concurrent_proposals_leave_one_pending(pool: Pool, alice: User) -> None
 def test_workers_racing_to_execute_write_once(kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:
     proposal = services.propose(kube_pool, 3, ProposalKind.PRESCALE, core.Actor(alice, Channel.API), current=1)
     Proposal.objects.filter(pk=proposal.pk).update(state=ProposalState.APPROVED)  # approved, execution queued
-    results = _race(lambda: services.execute(proposal.pk, KubernetesDriver(kube.url)))
+    results = race(lambda: services.execute(proposal.pk, KubernetesDriver(kube.url)))
     executed = [result for result in results if isinstance(result, Proposal)]
     assert len(executed) == 1 and results.count(None) == len(results) - 1, results
     assert AuditEvent.objects.filter(action="scale", object_id=str(proposal.pk)).count() == 1
