@@ -143,8 +143,10 @@ class VllmRequestHandler(BaseHTTPRequestHandler):
 
     def _client_gone(self) -> bool:
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            # poll, not select: select() fails on descriptors above 1024, which a busy sandbox reaches.
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            return bool(poller.poll(0)) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
