@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -62,6 +63,18 @@ def pool_specs(config: SandboxConfig) -> list[PoolSpec]:
     return specs
 
 
+def _raise_open_files_limit() -> None:
+    """Let the process use every descriptor the system allows (the soft limit is often 1024).
+
+    Open-loop traffic against an overloaded pool keeps one connection per waiting request: a 10x
+    surge on one replica holds about a thousand at once, which the usual soft limit cannot.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
 class Sandbox:
     def __init__(self, config: SandboxConfig) -> None:
         if config.pools < 1:
@@ -84,6 +97,7 @@ class Sandbox:
         return self
 
     def _start(self) -> None:
+        _raise_open_files_limit()
         self.fleet.start()
         self.cluster.start()
         for spec in self.specs:
