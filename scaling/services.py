@@ -321,6 +321,14 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
             locked.finished_at = now
             seconds = (now - locked.applied_at).total_seconds()
             if not scaling_down:
+                # The pods' own Ready transition, not this tick's time: the tick may be up to 15 s late.
+                try:
+                    ready_at = driver.last_ready_at(workload_of(locked.pool))
+                except DriverError:
+                    ready_at = None
+                if ready_at is not None and ready_at > locked.applied_at:
+                    seconds = min(seconds, (ready_at - locked.applied_at).total_seconds())
+            if not scaling_down:
                 locked.measured_cold_start_s = seconds
                 ColdStart.objects.create(pool=locked.pool, proposal=locked, seconds=seconds)
                 _refresh_cold_start_stats(locked.pool)

@@ -58,6 +58,7 @@ class _PodRecord:
     pod_name: str
     died_at: float | None = None  # model time the replica was found dead
     created: str = field(default_factory=now_rfc3339)
+    ready_since: str | None = None  # when the Ready condition last became True (wall clock)
 
 
 class SandboxCluster:
@@ -178,6 +179,10 @@ class SandboxCluster:
             self.fleet.remove_replica(victim.replica)
             self.store.delete(res.PODS, namespace, victim.pod_name)
         for record in records:
+            if record.replica.ready and record.ready_since is None:
+                record.ready_since = now_rfc3339()
+            elif not record.replica.ready:
+                record.ready_since = None
             self.store.put(res.PODS, _pod_object(spec, deployment, record))
         self.store.set_status(res.DEPLOYMENTS, namespace, name, _deployment_status(deployment, records))
 
@@ -308,9 +313,11 @@ def _pod_object(spec: PoolSpec, deployment: Object, record: _PodRecord) -> Objec
     ready = replica.ready
     running = replica.state in (ReplicaState.LOADING, ReplicaState.READY)
     flag = "True" if ready else "False"
-    conditions = [{"type": kind, "status": status, "lastTransitionTime": record.created}
-                  for kind, status in (("PodScheduled", "True"), ("Initialized", "True"),
-                                       ("ContainersReady", flag), ("Ready", flag))]
+    ready_changed = record.ready_since or record.created  # as the kubelet reports a condition flip
+    conditions = [{"type": kind, "status": status, "lastTransitionTime": changed}
+                  for kind, status, changed in (("PodScheduled", "True", record.created),
+                                                ("Initialized", "True", record.created),
+                                                ("ContainersReady", flag, ready_changed), ("Ready", flag, ready_changed))]
     state = ({"running": {"startedAt": record.created}} if running
              else {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting failed container"}})
     return {

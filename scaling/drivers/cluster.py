@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 
@@ -46,3 +47,7 @@ class ClusterDriver(Protocol):
     def status(self, workload: Workload) -> ReplicaStatus: ...
 
     def scale(self, workload: Workload, replicas: int) -> ScaleOutcome: ...
+
+    def last_ready_at(self, workload: Workload) -> datetime | None:
+        """When the most recent of the pool's Ready pods became Ready (None if none is)."""
+        ...

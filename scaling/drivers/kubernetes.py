@@ -8,6 +8,7 @@ spec.replicas of an autoscaled Deployment would be undone by its HPA.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -47,6 +48,7 @@ class KubernetesDriver:
         self._api_client = client.ApiClient(configuration)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
+        self._core = client.CoreV1Api(self._api_client)
         self._timeout = timeout_s
 
     def close(self) -> None:
@@ -64,6 +66,26 @@ class KubernetesDriver:
             ready=(deployment.status.ready_replicas or 0) if deployment.status else 0,
             updated_at_resource_version=deployment.metadata.resource_version or "",
         )
+
+    def last_ready_at(self, workload: Workload) -> datetime | None:
+        where = f"{workload.namespace}/{workload.deployment}"
+        try:
+            deployment = self._apps.read_namespaced_deployment(
+                workload.deployment, workload.namespace, _request_timeout=self._timeout
+            )
+            labels = (deployment.spec.selector.match_labels or {}) if deployment.spec.selector else {}
+            selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+            pods = self._core.list_namespaced_pod(workload.namespace, label_selector=selector,
+                                                  _request_timeout=self._timeout)
+        except (ApiException, HTTPError, OSError) as exc:
+            raise _driver_error(f"list pods of {where}", exc) from None
+        times = [
+            condition.last_transition_time
+            for pod in pods.items
+            for condition in (pod.status.conditions or [] if pod.status else [])
+            if condition.type == "Ready" and condition.status == "True" and condition.last_transition_time
+        ]
+        return max(times, default=None)
 
     def scale(self, workload: Workload, replicas: int) -> ScaleOutcome:
         if replicas < 0:

@@ -1,6 +1,7 @@
 """Proposals: the state machine, approval rules, and execution against the Kubernetes API emulator."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -217,3 +218,22 @@ def test_the_api_answers_400_403_404(pool: Pool, alice: User, charlie: User) -> 
     Membership.objects.create(user=viewer, team=pool.team, role="viewer")
     assert token_client(viewer).post(f"/api/v1/proposals/{proposal.pk}/approve/").status_code == 403
     assert token_client(viewer).get(f"/api/v1/proposals/?state=pending&pool={pool.pk}").data["count"] == 1
+
+
+def test_the_cold_start_is_measured_from_the_pods_ready_transition(kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:  # noqa: E501
+    """A tick that notices readiness late must not lengthen the measured cold start."""
+    import time
+
+    from django.utils import timezone as tz
+
+    kube.pools[(NS, "vllm-chat-8b")] = dataclasses.replace(kube.pools[(NS, "vllm-chat-8b")], cold_start_s=2.0)
+    driver = KubernetesDriver(kube.url)
+    proposal = _propose(kube_pool, alice, target=2)
+    services.approve(proposal.pk, _actor(bob))
+    applied = services.execute(proposal.pk, driver)
+    assert wait_until(lambda: driver.status(services.workload_of(kube_pool)).ready == 2, 10)
+    time.sleep(3.0)  # the next tick comes late
+    done = services.track_readiness(applied, driver)
+    elapsed = (tz.now() - applied.applied_at).total_seconds()
+    assert done.state == ProposalState.SUCCEEDED
+    assert 1.0 <= done.measured_cold_start_s <= elapsed - 2.0
