@@ -316,6 +316,7 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
         decision = planner.plan(inputs, plan, state)
         memory.state = decision.state.to_dict()
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
+        memory.last_signals = _signals_dict(signals)
         memory.save()
         SignalSample.objects.create(
             pool=pool, at=now, request_rate_rps=rate.value if rate.is_known else None,

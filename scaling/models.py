@@ -129,6 +129,7 @@ class PlannerMemory(models.Model):
     pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="planner", primary_key=True)
     state = models.JSONField(default=dict)
     last_decision = models.JSONField(default=dict, blank=True)
+    last_signals = models.JSONField(default=dict, blank=True, help_text="What the last tick read (null: unknown).")
     seasonal_forecast = models.JSONField(default=dict, blank=True)  # refreshed every few minutes
     updated_at = models.DateTimeField(auto_now=True)
 
