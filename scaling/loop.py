@@ -243,7 +243,8 @@ def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoin
     observed = [None if not math.isfinite(v) else round(float(v), 3) for v in recent[-20:]]
     ahead = [p for p in (lead, peak) if p is not None]
     return {
-        "window": f"last {len(observed)} min, then +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min",
+        "window": f"last {len(observed)} min" + (
+            f", then forecast at +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min" if ahead else ""),
         "forecast_expected": observed + [round(p.expected_rps, 3) for p in ahead],
         "forecast_p90": [None] * len(observed) + [round(p.p90_rps, 3) for p in ahead],
         "capacity": [round(ready * capacity_rps, 3)] * len(observed) + [round(target * capacity_rps, 3)] * len(ahead),
