@@ -11,6 +11,9 @@ Methods (all causal: a forecast made at step t uses data up to t only):
   12 h); a candidate joins only while its recent error is no worse than persistence's, and before
   anything is scored the candidates are averaged with equal weights. Every forecast is scored when
   its actual arrives, so the weights move to whatever has been working.
+- `trend`: a damped Holt linear trend whose smoothing and damping constants are chosen at every
+  origin, from a fixed grid, by the squared error of their own earlier forecasts for the same
+  horizon (causal). Meant for short horizons (the planner's lead time); `adaptive` stays the default.
 
 The p90 is calibrated online from the method's own recent errors: a split-conformal quantile of
 the last 3 days of residuals on a shifted-log scale (so it scales with the level and survives
@@ -36,7 +39,7 @@ from scaling.engine.rate_series import FORMATS, RateSeries, SeriesError, read_se
 
 DEFAULT_HORIZON_S = 30 * 60
 DEFAULT_METHOD = "adaptive"
-METHODS = ("persistence", "mean", "seasonal", "seasonal-daily", "seasonal-weekly", "adaptive")
+METHODS = ("persistence", "mean", "seasonal", "seasonal-daily", "seasonal-weekly", "adaptive", "trend")
 UPPER_QUANTILE = 0.9
 
 DAY_S = 86_400.0
@@ -47,6 +50,11 @@ WEIGHT_HALF_LIFE_S = 12 * 3600.0  # memory of the blend's error scores
 RESIDUAL_WINDOW_S = 3 * DAY_S  # residuals the p90 is calibrated on
 MIN_RESIDUALS = 10  # below this the p90 is wide: 2x the expected or the recent peak
 ACI_STEP = 0.005  # adaptive conformal inference learning rate
+# `trend`: damped Holt linear trend (Gardner & McKenzie 1985). The constants are chosen per origin
+# from TREND_GRID by the method's own scored errors; these are the setting used before any score.
+TREND_ALPHA = 0.5  # level smoothing
+TREND_BETA = 0.3  # trend smoothing
+TREND_PHI = 0.9  # damping per step: the trend adds at most phi / (1 - phi) = 9 steps of slope
 LOG_SHIFT_FRACTION = 0.1  # shift = 10 % of the running mean rate, so zero rates stay finite
 
 
@@ -143,6 +151,60 @@ def candidate_forecasts(series: RateSeries, horizon_steps: int) -> dict[str, np.
     }
 
 
+def damped_trend(values: np.ndarray, horizon: int, alpha: float = TREND_ALPHA, beta: float = TREND_BETA,
+                 phi: float = TREND_PHI) -> np.ndarray:
+    """Damped Holt forecast for t + horizon made at every t (causal; gaps carry the state over).
+
+    level_t = a*y_t + (1-a)*(level + phi*trend); trend_t = b*(level_t - level) + (1-b)*phi*trend;
+    forecast = level_t + (phi + ... + phi^h) * trend_t, never below 0.
+    """
+    return _damped_trends(values, horizon, ((alpha, beta, phi),))[0]
+
+
+def _damped_trends(values: np.ndarray, horizon: int, grid: tuple[tuple[float, float, float], ...]) -> np.ndarray:
+    """`damped_trend` for every (alpha, beta, phi) of `grid` at once: one row per setting."""
+    alpha, beta, phi = (np.array([g[k] for g in grid], dtype=float) for k in range(3))
+    reach = sum(phi**k for k in range(1, horizon + 1))
+    out = np.full((len(grid), len(values)), np.nan)
+    level = trend = None
+    for t, y in enumerate(values):
+        if np.isfinite(y):
+            if level is None:
+                level, trend = np.full(len(grid), float(y)), np.zeros(len(grid))
+            else:
+                previous = level
+                level = alpha * y + (1 - alpha) * (previous + phi * trend)
+                trend = beta * (level - previous) + (1 - beta) * phi * trend
+        if level is not None:
+            out[:, t] = np.maximum(level + reach * trend, 0.0)
+    return out
+
+
+# A coarse, conventional grid (light to heavy smoothing, weak to strong damping): not fitted to a trace.
+TREND_GRID = tuple((a, b, phi) for a in (0.2, 0.5, 0.8) for b in (0.05, 0.1, 0.3) for phi in (0.8, 0.9, 0.98))
+
+
+def selected_trend(values: np.ndarray, horizon: int) -> np.ndarray:
+    """Damped trend whose constants are chosen at every origin from TREND_GRID by the squared error of
+    their own earlier forecasts for this horizon (causal: only forecasts whose actual has arrived)."""
+    paths = _damped_trends(values, horizon, TREND_GRID)
+    n = len(values)
+    errors = np.zeros((len(TREND_GRID), n))  # errors[:, o]: the forecast made at o, scored at o + horizon
+    if n > horizon:
+        actual = values[horizon:]
+        made = paths[:, : n - horizon]
+        ok = np.isfinite(actual)[None, :] & np.isfinite(made)
+        errors[:, : n - horizon] = np.where(ok, (made - actual[None, :]) ** 2, 0.0)
+    scored = np.cumsum(errors, axis=1)  # scored[:, o]: errors of origins <= o
+    expected = np.full(n, np.nan)
+    default = TREND_GRID.index((TREND_ALPHA, TREND_BETA, TREND_PHI))
+    for t in range(n):
+        known = t - horizon  # the last origin whose actual has arrived by t
+        choice = int(np.argmin(scored[:, known])) if known >= 0 and scored[:, known].any() else default
+        expected[t] = paths[choice, t]
+    return expected
+
+
 # ---------------------------------------------------------------------------- blend and calibration
 
 
@@ -231,6 +293,8 @@ def forecast_path(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, meth
     candidates = candidate_forecasts(series, horizon)
     if method == "adaptive":
         expected = _adaptive_expected(values, candidates, horizon, series.step_s)
+    elif method == "trend":
+        expected = selected_trend(values, horizon)
     else:
         expected = candidates[method]
     return ForecastPath(expected=expected, p90=calibrate_upper(values, expected, horizon, series.step_s), horizon_steps=horizon)

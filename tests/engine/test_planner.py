@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
+import numpy as np
 import pytest
 
 from scaling.engine import planner as p
@@ -279,3 +281,63 @@ def test_it_imports_nothing_from_django_or_celery():
     modules = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     modules += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in modules if m.split(".")[0] in {"django", "celery", "controlplane"}]
+
+
+# ---------------------------------------------------------------------------- the lead-time forecast's trend
+
+
+def _trend_case(values: list[float], horizon: int) -> float:
+    from scaling.engine.forecast import damped_trend
+
+    return float(damped_trend(np.asarray(values, dtype=float), horizon)[-1])
+
+
+@pytest.mark.parametrize(
+    ("case", "values", "horizon", "low", "high"),
+    [
+        ("flat: the level, no trend", [5.0] * 30, 2, 5.0, 5.0),
+        ("a ramp of +1 a step: ahead of the last rate, short of the undamped line",
+         [float(v) for v in range(60)], 2, 59.5, 61.0),
+        ("the damping bounds its reach: at most phi / (1 - phi) = 9 slopes past the level however far",
+         [float(v) for v in range(60)], 1000, 62.0, 59.0 + 9.0),
+        ("a fall is extrapolated but never below zero", [float(v) for v in range(40, 0, -4)], 30, 0.0, 0.0),
+        ("a gap carries the state: the same forecast as without the gap",
+         [float(v) for v in range(20)] + [math.nan], 2, _trend_case([float(v) for v in range(20)], 2) * 0.999,
+         _trend_case([float(v) for v in range(20)], 2) * 1.001),
+        ("one value: persistence", [7.0], 4, 7.0, 7.0),
+    ],
+)
+def test_the_trend_forecast_extrapolates_a_damped_slope(case, values, horizon, low, high):
+    assert low <= _trend_case(values, horizon) <= high, case
+
+
+def test_the_trend_forecast_is_causal_and_calibrated():
+    from scaling.engine.forecast import METHODS, forecast, forecast_path
+    from scaling.engine.rate_series import from_values
+
+    assert "trend" in METHODS
+    rng = np.random.default_rng(0)
+    values = np.concatenate([np.full(40, 10.0), np.linspace(10, 50, 20)]) + rng.normal(0, 1, 60)
+    whole = forecast_path(from_values(values, 60.0), 120.0, "trend")
+    cut = forecast_path(from_values(values[:45], 60.0), 120.0, "trend")
+    assert np.allclose(whole.expected[:45], cut.expected) and np.allclose(whole.p90[:45], cut.p90)
+    made = forecast(from_values(values, 60.0), 120.0, "trend")
+    assert made.p90_rps >= made.expected_rps > values[-1]  # a ramp: ahead of the last rate
+
+
+@pytest.mark.parametrize(
+    ("case", "values", "low", "high"),
+    [
+        ("on/off traffic (a burst every third minute): heavy smoothing, near the mean level of 30",
+         [0.0, 0.0, 90.0] * 20, 20.0, 40.0),
+        ("a clean ramp of +1 a step: its own errors pick a close-tracking slope (the next two steps: 61)",
+         [float(v) for v in range(60)], 60.0, 61.5),
+        ("flat: the level", [12.0] * 40, 12.0 - 1e-9, 12.0 + 1e-9),
+    ],
+)
+def test_the_trend_method_chooses_its_constants_by_its_own_errors(case, values, low, high):
+    from scaling.engine.forecast import forecast
+    from scaling.engine.rate_series import from_values
+
+    made = forecast(from_values(np.asarray(values), 60.0), 120.0, "trend")
+    assert low <= made.expected_rps <= high, (case, made.expected_rps)

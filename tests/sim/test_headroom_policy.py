@@ -99,3 +99,22 @@ def test_it_beats_the_reactive_baseline_on_the_same_surge(replays):
     config, headroom, _, keda, _, _ = replays
     assert headroom.slo_attainment > keda.slo_attainment
     assert keda.slo_attainment < config.slo_objective
+
+
+@pytest.mark.parametrize(
+    ("case", "per_minute", "direction"),
+    [
+        ("a ramp: the lead forecast extrapolates past the last minute", [float(m) for m in range(2, 32)], 1),
+        ("steady: the last minute's rate", [10.0] * 30, 0),
+        ("a decay: below the last minute", [float(m) for m in range(40, 10, -1)], -1),
+    ],
+)
+def test_its_lead_forecast_follows_the_trend_of_the_observed_rates(case, per_minute, direction):
+    policy = HeadroomPolicy(planner.PoolPlan(capacity_rps_per_replica=5.0))
+    assert (policy.lead_method, policy.forecast_every_s) == ("trend", policy.tick_s), "a trend, remade every tick"
+    state = policy.new_state()
+    state.rates = [rate for rate in per_minute for _ in range(4)]  # 15-s ticks
+    lead, _ = policy._forecasts(len(state.rates) * policy.tick_s, state)
+    change = lead.expected_rps - per_minute[-1]
+    assert (change > 1e-6) - (change < -1e-6) == direction, case
+    assert lead.p90_rps >= lead.expected_rps

@@ -2,8 +2,9 @@
 
 Each tick the policy turns the observation into `PoolSignals` (all fresh: the simulator's metrics
 never go missing), forecasts the request rate from the rates it has observed so far (causal: it
-never looks at the workload ahead; `scaling.engine.forecast`, adaptive method, on 60-s bins,
-refreshed every minute) and runs the planner. A pre-scale proposal is approved automatically
+never looks at the workload ahead; `scaling.engine.forecast`: the lead-time forecast is the
+self-tuned damped trend on 60-s bins, remade every tick; the 30-minute one the adaptive blend on
+10-minute bins) and runs the planner. A pre-scale proposal is approved automatically
 `approval_delay_s` after it is made (default 60 s: a human clicking in Slack) and then held as a
 floor until the 30-minute horizon it was made for has passed.
 
@@ -60,10 +61,13 @@ class HeadroomState:
 class HeadroomPolicy:
     pool: PoolPlan
     approval_delay_s: float = 60.0
-    forecast_every_s: float = 60.0
+    forecast_every_s: float = 15.0  # the lead-time forecast is remade every (15-s) tick: its 60-s bins slide
     forecast_bin_s: float = 60.0  # observed rates are averaged into bins this wide before forecasting
     seasonal_every_s: float = 300.0  # the 30-minute forecast is refreshed every 5 minutes (design.md §6)
     peak_window_s: float = 1800.0  # the recent peak that bounds the forecast's upper band
+    # The lead-time forecast: the damped Holt trend whose constants are chosen by its own scored
+    # errors (the adaptive blend has no trend term); its p90 is calibrated from its own errors.
+    lead_method: str = "trend"
     name: str = "headroom"
     tick_s: float = 15.0
 
@@ -126,7 +130,7 @@ class HeadroomPolicy:
         recent = _binned(rates[-int(RECENT_HISTORY_S / self.tick_s):], self.forecast_bin_s, self.tick_s)
         if len(recent) < 2:
             return None, None
-        made = forecast(from_values(recent, self.forecast_bin_s), self.pool.lead_s)
+        made = forecast(from_values(recent, self.forecast_bin_s), self.pool.lead_s, self.lead_method)
         lead = ForecastPoint(self.pool.lead_s, made.expected_rps, made.p90_rps)
         if now - state.seasonal_at_s >= self.seasonal_every_s - 1e-9 or state.seasonal is None:
             daily = _binned(rates, SEASONAL_BIN_S, self.tick_s)
