@@ -26,7 +26,7 @@ from controlplane.models import Cluster, Pool
 from scaling import services
 from scaling.choices import ACTIVE_STATES, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
-from scaling.drivers.prometheus import PrometheusConfig, PrometheusSignalSource
+from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.drivers.signals import PoolSelector
 from scaling.engine import planner
@@ -110,6 +110,35 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
     return signals, errors
 
 
+def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict[str, str]:
+    """Give pools new to Headroom their past request rate from Prometheus, once.
+
+    Without it the 30-minute forecast has no daily or weekly history for 8 days. Two range
+    queries per cluster (all pools at once): 10-minute steps over 8 days, 1-minute over 2 hours.
+    """
+    source = _signal_source(cluster)
+    fresh = [pool for pool in pools if not PlannerMemory.objects.filter(pool=pool, history_backfilled_at__isnull=False).exists()]
+    if source is None or not fresh:
+        return {}
+    selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in fresh]
+    end = now.timestamp()
+    try:
+        coarse = source.rate_history(selectors, end - SEASONAL_HISTORY.total_seconds(), end - RECENT_HISTORY.total_seconds(),
+                                     SEASONAL_BIN_S)
+        fine = source.rate_history(selectors, end - RECENT_HISTORY.total_seconds(), end - FORECAST_BIN_S, FORECAST_BIN_S)
+    except HistoryUnavailable as exc:
+        return {f"{cluster.name}: prometheus history": str(exc)}
+    for pool in fresh:
+        points = coarse.get(str(pool.pk), []) + fine.get(str(pool.pk), [])
+        with transaction.atomic():
+            SignalSample.objects.bulk_create(
+                SignalSample(pool=pool, at=datetime.fromtimestamp(at, now.tzinfo), request_rate_rps=rate)
+                for at, rate in points
+            )
+            PlannerMemory.objects.update_or_create(pool=pool, defaults={"history_backfilled_at": now})
+    return {}
+
+
 # --- planning inputs -----------------------------------------------------------------------------
 
 
@@ -145,11 +174,11 @@ def _binned_rates(pool: Pool, since: datetime, now: datetime, bin_s: float) -> n
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def _forecast(values: np.ndarray, step_s: float, horizon_s: float) -> ForecastPoint | None:
+def _forecast(values: np.ndarray, step_s: float, horizon_s: float, method: str = "adaptive") -> ForecastPoint | None:
     trimmed = values[np.argmax(np.isfinite(values)):] if np.isfinite(values).any() else values[:0]
     if np.isfinite(trimmed).sum() < 2:
         return None
-    made = forecast(from_values(trimmed, step_s), horizon_s)
+    made = forecast(from_values(trimmed, step_s), horizon_s, method)
     point = ForecastPoint(horizon_s, made.expected_rps, made.p90_rps)
     return point if point.usable else None
 
@@ -157,7 +186,8 @@ def _forecast(values: np.ndarray, step_s: float, horizon_s: float) -> ForecastPo
 def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
     """The lead-time forecast (fine recent bins) and the 30-minute peak (coarse bins over days, cached)."""
     recent = _binned_rates(pool, now - RECENT_HISTORY, now, FORECAST_BIN_S)
-    lead = _forecast(recent, FORECAST_BIN_S, plan.lead_s)
+    # The lead time is minutes: a self-tuned damped trend (as the replayed `headroom` policy uses).
+    lead = _forecast(recent, FORECAST_BIN_S, plan.lead_s, method="trend")
     cached = memory.seasonal_forecast or {}
     made_at = datetime.fromisoformat(cached["made_at"]) if cached.get("made_at") else None
     if made_at is None or now - made_at >= SEASONAL_EVERY:
@@ -346,6 +376,7 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None) -> TickRe
     for cluster_pools in by_cluster.values():
         signals, cluster_errors = read_cluster(cluster_pools[0].cluster, cluster_pools, now)
         errors.update(cluster_errors)
+        errors.update(backfill_history(cluster_pools[0].cluster, cluster_pools, now))
         for pool in cluster_pools:
             reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now))
     expired = services.expire_due(now)

@@ -131,6 +131,8 @@ class PlannerMemory(models.Model):
     last_decision = models.JSONField(default=dict, blank=True)
     last_signals = models.JSONField(default=dict, blank=True, help_text="What the last tick read (null: unknown).")
     seasonal_forecast = models.JSONField(default=dict, blank=True)  # refreshed every few minutes
+    # Set once the pool's past request rate was read from Prometheus, so forecasts start from history.
+    history_backfilled_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
 

@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any
 
 import requests
@@ -120,6 +121,10 @@ def render(template: str, labels: LabelMapping, window: str) -> str:
                            carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry))
 
 
+class HistoryUnavailable(Exception):
+    """Prometheus could not answer a history query."""
+
+
 class PrometheusSignalSource:
     """`SignalSource` on one cluster's Prometheus (design.md §6)."""
 
@@ -160,6 +165,33 @@ class PrometheusSignalSource:
             for pool in pools
         }
         return SignalRead(signals, errors)
+
+    def rate_history(self, pools: Sequence[PoolSelector], start_s: float, end_s: float,
+                     step_s: float) -> dict[str, list[tuple[float, float]]]:
+        """Every pool's request rate from `start_s` to `end_s` (one range query for all pools).
+
+        Points Prometheus has no data for are simply absent (gaps, never zeros). Raises
+        `HistoryUnavailable` when the query fails.
+        """
+        promql = render(QUERIES["request_rate_rps"], self.config.labels, self.config.rate_window)
+        params = {"timeout": f"{self.config.timeout_s:g}s"}
+        try:
+            result = self.client.custom_query_range(
+                promql, start_time=datetime.fromtimestamp(start_s, timezone.utc),
+                end_time=datetime.fromtimestamp(end_s, timezone.utc), step=f"{step_s:g}", params=params)
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as error:
+            raise HistoryUnavailable(f"{type(error).__name__}: {error}"[:300]) from None
+        keys = {self._key(pool.labels): pool.name for pool in pools}
+        history: dict[str, list[tuple[float, float]]] = {pool.name: [] for pool in pools}
+        for series in result if isinstance(result, list) else []:
+            pool_name = keys.get(self._key(series.get("metric", {})))
+            if pool_name is None:
+                continue
+            for at, raw in series.get("values", []):
+                value = float(raw)
+                if math.isfinite(value):
+                    history[pool_name].append((float(at), value))
+        return history
 
     # -------------------------------------------------------------------------------------
     def _query(self, promql: str, at_s: float) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@ and a surge seen through a real Prometheus turned into an executed scale-up."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -130,3 +131,26 @@ def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> 
     # The next tick a minute later does not propose it again.
     loop.tick_pool(pool, signals, now + timedelta(minutes=1))
     assert Proposal.objects.filter(pool=pool).count() == 1
+
+
+@pytest.mark.prometheus
+@pytest.mark.django_db(transaction=True)
+def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User, settings) -> None:  # noqa: ANN001
+    from sandbox.registration import register
+    from sandbox.runtime import Sandbox, SandboxConfig
+
+    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
+    config = SandboxConfig(pools=1, scenario="steady", cold_start_s=0.5, scrape_interval_s=1.0, history_hours=3.0)
+    with Sandbox(config) as sandbox:
+        register(sandbox)
+        pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
+        report = loop.tick([pool])
+        assert not any("history" in where for where in report.errors), report.errors
+        from django.utils import timezone
+
+        old = SignalSample.objects.filter(pool=pool, at__lt=timezone.now() - timedelta(hours=1))
+        assert old.count() >= 5 and all(rate > 0 for rate in old.values_list("request_rate_rps", flat=True))
+        assert PlannerMemory.objects.get(pool=pool).history_backfilled_at is not None
+        before = SignalSample.objects.filter(pool=pool).count()
+        loop.tick([pool])
+        assert SignalSample.objects.filter(pool=pool).count() == before + 1  # only the new tick's sample
