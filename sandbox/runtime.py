@@ -23,7 +23,7 @@ from sandbox.gateway import Gateway
 from sandbox.history import history_openmetrics
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.prometheus import PrometheusError, PrometheusLauncher
-from sandbox.scenarios import scenario_trace
+from sandbox.scenarios import continued, scenario_trace
 from sandbox.traffic import ClientOptions, TrafficGenerator
 
 
@@ -81,6 +81,9 @@ class Sandbox:
             raise ValueError("a sandbox needs at least one pool")
         self.config = config
         self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir)
+        if self.trace is not None and config.history_hours > 0:
+            # Live traffic goes on where the backfilled history ends (same time of day).
+            self.trace = continued(self.trace, config.history_hours * 3600.0)
         self.fleet = Fleet(speed=config.speed)
         self.cluster = SandboxCluster(self.fleet, route_namespace=config.namespace)
         self.gateway = Gateway(self.cluster)

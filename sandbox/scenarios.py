@@ -3,6 +3,9 @@
 - `idle`: no traffic.
 - `steady`: Poisson arrivals, `BASE_RPS_PER_POOL` per pool, conversation-like token lengths.
 - `surge`: the steady load with a 10x surge from minute 2 to minute 7 of every 15 minutes.
+- `daily`: the steady load with a 15x peak of 30 minutes once a day, 2 h 15 min into the scenario's
+  day. Live traffic continues the backfilled history's timeline, so with `--history 26` the past
+  holds yesterday's peak and today's comes 15 minutes after the start: a forecaster can see it coming.
 - `azure-conv`, `azure-code`: the shared Azure LLM inference traces, replayed (looped) through the
   simulator's loaders.
 """
@@ -21,17 +24,21 @@ SURGE_FACTOR = 10.0
 SURGE_START_S, SURGE_END_S, SURGE_PERIOD_S = 120.0, 420.0, 900.0
 PROMPT_MEDIAN, OUTPUT_MEDIAN = 500, 100
 TRACE_FILES = {"azure-conv": "AzureLLMInferenceTrace_conv.csv", "azure-code": "AzureLLMInferenceTrace_code.csv"}
-SCENARIOS = ("idle", "steady", "surge", *TRACE_FILES)
+SCENARIOS = ("idle", "steady", "surge", "daily", *TRACE_FILES)
+DAILY_FACTOR, DAILY_START_S, DAILY_END_S, DAY_S = 15.0, 8100.0, 9900.0, 86400.0
 
 
 def _tokens(chooser: random.Random, median: int, sigma: float, cap: int) -> int:
     return max(1, min(cap, int(chooser.lognormvariate(math.log(median), sigma))))
 
 
-def poisson(rate_at: Callable[[float], float], seed: int = 0) -> Iterator[TraceRequest]:
-    """Arrivals of a Poisson process whose rate (req/s) may change with time (thinning)."""
+def poisson(rate_at: Callable[[float], float], seed: int = 0, peak_rps: float | None = None) -> Iterator[TraceRequest]:
+    """Arrivals of a Poisson process whose rate (req/s) may change with time (thinning).
+
+    `peak_rps` bounds the rate; by default it is found over the first `SURGE_PERIOD_S`.
+    """
     chooser = random.Random(seed)
-    peak = max(rate_at(t) for t in range(0, int(SURGE_PERIOD_S), 10)) or 1e-9
+    peak = peak_rps or max(rate_at(t) for t in range(0, int(SURGE_PERIOD_S), 10)) or 1e-9
     t = 0.0
     while True:
         t += chooser.expovariate(peak)
@@ -50,6 +57,13 @@ def _looped(path: Path) -> Iterator[TraceRequest]:
         offset += last + 1.0
 
 
+def continued(trace: Iterator[TraceRequest], offset_s: float) -> Iterator[TraceRequest]:
+    """The trace from `offset_s` on, re-timed to start at 0: live traffic after `offset_s` of history."""
+    for request in trace:
+        if request.t_s >= offset_s:
+            yield TraceRequest(request.t_s - offset_s, request.prompt_tokens, request.output_tokens)
+
+
 def scenario_trace(name: str, pools: int, traces_dir: Path | None = None,
                    seed: int = 0) -> Iterator[TraceRequest] | None:
     """The scenario's endless request stream, or None for `idle`. ValueError on an unknown name."""
@@ -63,6 +77,11 @@ def scenario_trace(name: str, pools: int, traces_dir: Path | None = None,
             in_surge = SURGE_START_S <= t % SURGE_PERIOD_S < SURGE_END_S
             return base * (SURGE_FACTOR if in_surge else 1.0)
         return poisson(rate, seed)
+    if name == "daily":
+        def daily_rate(t: float) -> float:
+            in_peak = DAILY_START_S <= t % DAY_S < DAILY_END_S
+            return base * (DAILY_FACTOR if in_peak else 1.0)
+        return poisson(daily_rate, seed, peak_rps=base * DAILY_FACTOR)
     if name in TRACE_FILES:
         if traces_dir is None:
             raise ValueError(f"scenario {name} needs the traces directory (HEADROOM_TRACES_DIR)")

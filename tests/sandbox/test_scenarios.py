@@ -1,0 +1,27 @@
+"""The daily scenario and live traffic that continues the backfilled history's timeline."""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+from sandbox.scenarios import BASE_RPS_PER_POOL, DAILY_FACTOR, DAILY_START_S, continued, scenario_trace
+
+
+def _per_minute(trace, until_s: float) -> Counter:  # noqa: ANN001
+    return Counter(int(request.t_s // 60) for request in itertools.takewhile(lambda r: r.t_s < until_s, trace))
+
+
+def test_it_peaks_once_a_day_at_the_same_time() -> None:
+    start_minute = int(DAILY_START_S // 60)
+    counts = _per_minute(scenario_trace("daily", 1), DAILY_START_S + 600)
+    quiet = counts[start_minute - 5] / 60
+    peak = counts[start_minute + 5] / 60
+    assert abs(quiet - BASE_RPS_PER_POOL) < 0.6
+    assert peak / quiet > DAILY_FACTOR * 0.6
+
+
+def test_live_traffic_continues_where_the_history_ends() -> None:
+    """With 26 h of history the next peak starts 15 minutes into the live run (2 h 15 min into the day)."""
+    live = _per_minute(continued(scenario_trace("daily", 1), 26 * 3600.0), 30 * 60)
+    assert live[5] / 60 < BASE_RPS_PER_POOL * 2
+    assert live[20] / 60 > BASE_RPS_PER_POOL * DAILY_FACTOR * 0.6
