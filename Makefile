@@ -36,7 +36,7 @@ migrate: install system-deps
 # The live demo: SQLite, the sandbox fleet and Kubernetes API, the control loop in-process, the UI.
 demo: install migrate
 	DEBUG=1 $(BIN)/python manage.py seed_demo
-	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT)
+	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)
 
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/sandbox_realvllm)

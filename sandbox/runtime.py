@@ -63,6 +63,12 @@ def pool_specs(config: SandboxConfig) -> list[PoolSpec]:
     return specs
 
 
+# The backfilled history ends this long before the start: Prometheus looks back 5 minutes for a
+# series' latest sample, so the history's stand-in pod must be gone from "now" when live scrapes begin
+# (else its last, old sample makes every signal look stale).
+HISTORY_GAP_S = 300.0
+
+
 def _raise_open_files_limit() -> None:
     """Let the process use every descriptor the system allows (the soft limit is often 1024).
 
@@ -83,7 +89,7 @@ class Sandbox:
         self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir)
         if self.trace is not None and config.history_hours > 0:
             # Live traffic goes on where the backfilled history ends (same time of day).
-            self.trace = continued(self.trace, config.history_hours * 3600.0)
+            self.trace = continued(self.trace, config.history_hours * 3600.0 + HISTORY_GAP_S)
         self.fleet = Fleet(speed=config.speed)
         self.cluster = SandboxCluster(self.fleet, route_namespace=config.namespace)
         self.gateway = Gateway(self.cluster)
@@ -128,7 +134,8 @@ class Sandbox:
             return
         started = time.monotonic()
         pools = [(spec, spec.weight) for spec in self.specs]
-        prometheus.backfill(history_openmetrics(pools, history, self.config.history_hours, time.time()))
+        end = time.time() - HISTORY_GAP_S
+        prometheus.backfill(history_openmetrics(pools, history, self.config.history_hours, end))
         print(f"sandbox: backfilled {self.config.history_hours:g} h of {self.config.scenario} history in "
               f"{time.monotonic() - started:.0f} s", file=sys.stderr)
 

@@ -5,7 +5,7 @@
 - `surge`: the steady load with a 10x surge from minute 2 to minute 7 of every 15 minutes.
 - `daily`: the steady load with a 15x peak of 30 minutes once a day, 2 h 15 min into the scenario's
   day. Live traffic continues the backfilled history's timeline, so with `--history 26` the past
-  holds yesterday's peak and today's comes 15 minutes after the start: a forecaster can see it coming.
+  holds yesterday's peak and today's comes 10 minutes after the start: a forecaster can see it coming.
 - `azure-conv`, `azure-code`: the shared Azure LLM inference traces, replayed (looped) through the
   simulator's loaders.
 """

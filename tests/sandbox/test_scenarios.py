@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+from sandbox.runtime import HISTORY_GAP_S
 from sandbox.scenarios import BASE_RPS_PER_POOL, DAILY_FACTOR, DAILY_START_S, continued, scenario_trace
 
 
@@ -21,7 +22,7 @@ def test_it_peaks_once_a_day_at_the_same_time() -> None:
 
 
 def test_live_traffic_continues_where_the_history_ends() -> None:
-    """With 26 h of history the next peak starts 15 minutes into the live run (2 h 15 min into the day)."""
-    live = _per_minute(continued(scenario_trace("daily", 1), 26 * 3600.0), 30 * 60)
+    """With 26 h of history (ending 5 minutes before the start) the next peak starts 10 minutes into the live run."""
+    live = _per_minute(continued(scenario_trace("daily", 1), 26 * 3600.0 + HISTORY_GAP_S), 30 * 60)
     assert live[5] / 60 < BASE_RPS_PER_POOL * 2
-    assert live[20] / 60 > BASE_RPS_PER_POOL * DAILY_FACTOR * 0.6
+    assert live[15] / 60 > BASE_RPS_PER_POOL * DAILY_FACTOR * 0.6

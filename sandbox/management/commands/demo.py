@@ -35,8 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--scenario", default="surge", choices=SCENARIOS,
                             help="traffic (default surge: 10x for 5 of every 15 minutes)")
         parser.add_argument("--speed", type=float, default=1.0, help="model seconds per wall second (default 1)")
+        parser.add_argument("--history", type=float, default=0.0,
+                            help="hours of the scenario's past to backfill into Prometheus first (daily needs 26)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["history"] < 0:
+            raise CommandError("--history must be 0 or more hours")
         if not settings.KUBERNETES_ENABLED:
             raise CommandError("the demo acts on its sandbox cluster: run it with KUBERNETES_ENABLED=true (make demo does)")
         with_prometheus = shutil.which("prometheus") is not None and settings.PROMETHEUS_ENABLED
@@ -44,7 +48,7 @@ class Command(BaseCommand):
             self.stderr.write("Prometheus is not installed (or PROMETHEUS_ENABLED is off): the loop will see "
                               "replica counts only and hold. `apt-get install prometheus` for the full demo.")
         config = SandboxConfig(pools=options["pools"], scenario=options["scenario"], speed=options["speed"],
-                               prometheus=with_prometheus, scrape_interval_s=5.0,
+                               prometheus=with_prometheus, scrape_interval_s=5.0, history_hours=options["history"],
                                traces_dir=Path(settings.TRACES_DIR))
         try:
             sandbox = Sandbox(config).start()
