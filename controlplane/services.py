@@ -17,7 +17,7 @@ from django.core import serializers
 from django.db import models, transaction
 from django.utils import timezone
 
-from controlplane.choices import AuditAction, Channel, Role
+from controlplane.choices import AuditAction, Role
 from controlplane.models import ApiToken, AuditEvent, Membership, Team
 
 # Writing last_used_at on every request would turn each API read into a write.

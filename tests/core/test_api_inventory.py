@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
-from rest_framework.test import APIClient
 
 from controlplane.models import AuditEvent, Cluster, Pool
 

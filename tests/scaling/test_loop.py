@@ -11,7 +11,6 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
 from controlplane.models import Pool
-from sandbox.kube.cluster import SandboxCluster
 from scaling import loop
 from scaling.choices import ProposalState
 from scaling.drivers.kubernetes import KubernetesDriver
