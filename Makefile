@@ -26,9 +26,10 @@ $(STAMP): pyproject.toml
 
 # Debian packages the service tiers need; installed only when missing.
 system-deps:
-	@command -v prometheus >/dev/null 2>&1 || { \
-		echo "installing Debian's prometheus package"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v prometheus >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's prometheus and chromium packages"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			prometheus chromium >/dev/null; }
 
 migrate: install system-deps
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput -v 0
@@ -41,7 +42,7 @@ demo: install migrate
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/sandbox_realvllm)
 DB_TESTS := $(wildcard tests/core tests/scaling tests/incidents)
-SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration)
+SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/browser)
 # The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.
 REAL_VLLM_TESTS := $(wildcard tests/realvllm)
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
