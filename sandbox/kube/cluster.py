@@ -14,6 +14,7 @@ import secrets
 import sys
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from scaling.sim.profiles import PoolProfile
@@ -180,7 +181,8 @@ class SandboxCluster:
             self.store.delete(res.PODS, namespace, victim.pod_name)
         for record in records:
             if record.replica.ready and record.ready_since is None:
-                record.ready_since = now_rfc3339()
+                # Sub-second, unlike a kubelet: cold starts of a second in tests must measure right.
+                record.ready_since = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
             elif not record.replica.ready:
                 record.ready_since = None
             self.store.put(res.PODS, _pod_object(spec, deployment, record))
