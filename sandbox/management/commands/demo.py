@@ -8,6 +8,7 @@ serves the web UI. Ctrl-C stops everything it started.
 from __future__ import annotations
 
 import shutil
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ from sandbox.scenarios import SCENARIOS
 
 TICK_EVERY_S = 15.0
 DEMO_TEAM = "ml-platform"
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 class Command(BaseCommand):
@@ -55,6 +60,8 @@ class Command(BaseCommand):
         except (ValueError, OSError, PrometheusError) as error:
             raise CommandError(f"the sandbox did not start: {error}") from None
         stop = threading.Event()
+        # runserver only stops cleanly on Ctrl-C: make SIGTERM the same, so Prometheus and the fleet stop too.
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             try:
                 self.stdout.write(register(sandbox, team_slug=DEMO_TEAM))
