@@ -117,7 +117,9 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
     queries per cluster (all pools at once): 10-minute steps over 8 days, 1-minute over 2 hours.
     """
     source = _signal_source(cluster)
-    fresh = [pool for pool in pools if not PlannerMemory.objects.filter(pool=pool, history_backfilled_at__isnull=False).exists()]
+    done = set(PlannerMemory.objects.filter(pool__in=pools, history_backfilled_at__isnull=False)
+               .values_list("pool_id", flat=True))
+    fresh = [pool for pool in pools if pool.pk not in done]
     if source is None or not fresh:
         return {}
     selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in fresh]
