@@ -13,10 +13,9 @@ import http.client
 import json
 import random
 import threading
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from sandbox.httpserver import QuietHTTPServer
+from sandbox.httpserver import QuietHandler, QuietHTTPServer
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.replica import EmulatedReplica
 
@@ -61,12 +60,8 @@ class _Server(QuietHTTPServer):
     gateway: Gateway
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(QuietHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == "/v1/models":

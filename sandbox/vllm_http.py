@@ -12,11 +12,11 @@ import select
 import socket
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from sandbox.engine import EngineRequest
+from sandbox.httpserver import QuietHandler
 from sandbox.vllm_metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -34,17 +34,13 @@ class ApiError(Exception):
         self.status, self.kind, self.message, self.param = status, kind, message, param
 
 
-class VllmRequestHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class VllmRequestHandler(QuietHandler):
     server_version = "uvicorn"
     sys_version = ""
 
     @property
     def replica(self) -> EmulatedReplica:
         return self.server.replica  # type: ignore[attr-defined]
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass  # quiet: the sandbox prints its own summary
 
     def do_GET(self) -> None:
         self._dispatch("GET")

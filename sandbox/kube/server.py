@@ -13,11 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox.httpserver import QuietHTTPServer
+from sandbox.httpserver import QuietHandler, QuietHTTPServer
 from sandbox.kube import resources, tables
 from sandbox.kube.errors import ApiError
 from sandbox.kube.patch import PatchError, json_patch, merge_patch
@@ -128,12 +127,8 @@ class _Server(QuietHTTPServer):
     api: KubeApiServer
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(QuietHandler):
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass
 
     def do_GET(self) -> None:
         self._handle("GET")
