@@ -3,7 +3,7 @@
 All the PromQL Headroom sends lives in `QUERIES` below, written against vLLM's metric names
 (`../shared/reference/vllm-interface.md`) with three placeholders:
 `{by}` the pool labels (`LabelMapping.pool_labels`), `{sel}` extra matchers (`LabelMapping.selector`),
-`{w}` the rate window. Every query groups by the pool labels, so a cluster with 200 pools costs the
+`{w}` the rate window (`{ws}` the same in seconds). Every query groups by the pool labels, so a cluster with 200 pools costs the
 same queries as one with a single pool.
 
 Ages. Prometheus stamps an instant query's answer with the evaluation time, not the scrape time,
@@ -23,6 +23,7 @@ failed query is reported in `SignalRead.errors`, not repeated.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -67,7 +68,14 @@ QUERIES: dict[str, str] = {
     "queue_time_p95_s": _quantile("vllm:request_queue_time_seconds", 0.95),
     "queue_time_p99_s": _quantile("vllm:request_queue_time_seconds", 0.99),
     # rates
-    "request_rate_rps": "sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{w}]))",
+    # Requests *arriving*: those that finished plus the change in those still in the pool
+    # (waiting and running) over the window. Completions alone flatten exactly when a pool is
+    # overloaded, the moment the rate matters most.
+    "request_rate_rps": (
+        "clamp_min(sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{w}]))"
+        " + (sum by ({by}) (delta(vllm:num_requests_waiting{{{sel}}}[{w}]))" + _OR_ZERO + ") / {ws}"
+        " + (sum by ({by}) (delta(vllm:num_requests_running{{{sel}}}[{w}]))" + _OR_ZERO + ") / {ws}, 0)"
+    ),
     "prompt_tokens_rate": "sum by ({by}) (rate(vllm:prompt_tokens_total{{{sel}}}[{w}]))",
     "generation_tokens_rate": "sum by ({by}) (rate(vllm:generation_tokens_total{{{sel}}}[{w}]))",
     # errors: requests vLLM finished with an error plus HTTP 5xx answers on the API, over both;
@@ -113,10 +121,22 @@ class PrometheusConfig:
     rate_window: str = "1m"
 
 
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800, "y": 31_536_000}
+
+
+def duration_s(window: str) -> float:
+    """Seconds in a PromQL duration such as "30s", "1m" or "1m30s"; ValueError for anything else."""
+    parts = _DURATION_PART.findall(window)
+    if not parts or "".join(n + u for n, u in parts) != window:
+        raise ValueError(f"not a Prometheus duration: {window!r} (use e.g. 30s, 1m, 1m30s)")
+    return sum(int(number) * _UNIT_S[unit] for number, unit in parts)
+
+
 def render(template: str, labels: LabelMapping, window: str) -> str:
     """One query with its placeholders filled in."""
     carry = [label for label in labels.pool_labels if label not in labels.join_labels]
-    return template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window,
+    return template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window, ws=f"{duration_s(window):g}",
                            replica=labels.replica_label, join=", ".join(labels.join_labels),
                            carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry))
 

@@ -1,8 +1,10 @@
 """The Headroom planner: how many replicas a pool needs now, and why (design.md §6).
 
-`plan(inputs, pool, state)` is pure. The target is the largest of four terms:
+`plan(inputs, pool, state)` is pure. The target is the largest of five terms:
 
-1. *reactive*: the HPA-conformant core on queue depth per ready replica (`queue_depth.py`);
+1. *reactive*: the HPA-conformant core on queue depth per ready replica (`queue_depth.py`), and
+   the request rate arriving now served at the corrected per-replica capacity (the queue is a
+   stock that grows only once capacity is short; the rate moves first on a ramp);
 2. *predictive*: the p90 request-rate forecast at now + cold-start p95 + decision delay, divided
    by the per-replica capacity at the SLO (the pool profile's, corrected online by observed
    latency against the latency the profile expects at that load);
@@ -30,6 +32,7 @@ from scaling.engine.signals import PoolSignals, Reading
 
 # Reason codes (stable strings: the UI and the audit log key on them).
 REACTIVE = "ReactiveQueueDepth"
+REACTIVE_RATE = "ReactiveRequestRate"
 PREDICTIVE = "PredictiveForecast"
 SCHEDULED = "ScheduledWindow"
 WARM_FLOOR = "WarmFloor"
@@ -74,6 +77,9 @@ class PoolPlan:
     cold_start_p95_s: float = 90.0
     decision_delay_s: float = 30.0  # a tick, approval and the API call before a replica is requested
     warm_pool_fraction: float = 0.4
+    # The reactive rate term serves the request rate arriving now times this margin at the
+    # corrected capacity; 0 turns the term off.
+    request_rate_margin: float = 1.0
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
     scale_up_pods: int = 4  # per period: max(+pods, +percent), like the HPA default
@@ -266,6 +272,17 @@ def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, curren
     return Term(REACTIVE, replicas, numbers), outcome.state
 
 
+def request_rate_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
+    rate = inputs.signals.request_rate_rps
+    if not rate.is_known or pool.request_rate_margin <= 0:
+        return Term(REACTIVE_RATE, None, {"request_rate_margin": pool.request_rate_margin})
+    planned = float(rate.value) * pool.request_rate_margin  # type: ignore[arg-type]
+    return Term(REACTIVE_RATE, _replicas_for(planned, capacity_rps), {
+        "request_rate_rps": float(rate.value), "request_rate_margin": pool.request_rate_margin,  # type: ignore[arg-type]
+        "capacity_rps_per_replica": capacity_rps,
+    })
+
+
 def predictive_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, ready: int | None) -> Term:
     forecast = inputs.forecast_lead
     if forecast is None or not forecast.usable:
@@ -414,14 +431,15 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     if key_known:
         reactive, hpa_state = reactive_term(inputs, pool, state, current, ready)
         state = replace(state, hpa=hpa_state)
+        reactive_rate = request_rate_term(inputs, pool, capacity_rps)
     else:
-        reactive = Term(REACTIVE, None, {})
+        reactive, reactive_rate = Term(REACTIVE, None, {}), Term(REACTIVE_RATE, None, {})
         reasons.append(QUEUE_UNKNOWN)
     if predictive.replicas is None:
         reasons.append(FORECAST_UNKNOWN)
 
     hold = not key_known
-    terms: list[Term] = [reactive, predictive, scheduled, warm]
+    terms: list[Term] = [reactive, reactive_rate, predictive, scheduled, warm]
     if hold:
         held = Term(HELD, current, {"current_replicas": float(current)})
         terms.append(held)

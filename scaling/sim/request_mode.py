@@ -25,7 +25,7 @@ import numpy as np
 
 from scaling.sim.config import SimConfig, effective_slots
 from scaling.sim.lifecycle import ReplicaSet
-from scaling.sim.policies.base import Observation, Policy
+from scaling.sim.policies.base import LATENCY_WINDOW_S, Observation, Policy
 from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.result import Percentiles, SimResult, pool_costs
 from scaling.sim.router import LeastOutstandingRouter
@@ -100,6 +100,8 @@ def run_request_mode(
     waiting_by_replica = serving.waiting_exits  # used when waits_in_order, else waiting_until
     samples: list[Observation] = []
     queue_limit = config.queue_limit
+    first_tokens: list[tuple[float, float]] = []  # heap: (first token at, TTFT) not yet observed
+    recent_ttft: deque[tuple[float, float]] = deque()  # first tokens inside the latency window
 
     def fail(k: int, at: float, attempt: int, code: int) -> None:
         if attempt < client.max_retries:
@@ -140,6 +142,7 @@ def run_request_mode(
             heapreplace(heap, end)
             prefill_free_at[r] = prefill_done
             ttft[k] = first_token - origin[k]
+            heappush(first_tokens, (first_token, ttft[k]))
             e2e[k] = end - origin[k]
             outcome[k] = SERVED
         else:
@@ -174,6 +177,7 @@ def run_request_mode(
         if ready:
             prefill_share = tick_prefill_s / (ready * tick_s)
             utilisation = min(1.0, max(prefill_share, running / (ready * slots)))
+        ttft_p95, ttft_p99 = ttft_percentiles(now)
         observation = Observation(
             now=now,
             ready_replicas=ready,
@@ -183,9 +187,21 @@ def run_request_mode(
             running=float(running),
             utilisation=utilisation,
             arrival_rate_rps=tick_sent / tick_s,
+            ttft_p95_s=ttft_p95,
+            ttft_p99_s=ttft_p99,
         )
         tick_sent, tick_prefill_s = 0, 0.0
         return observation
+
+    def ttft_percentiles(now: float) -> tuple[float, float]:
+        while first_tokens and first_tokens[0][0] <= now:
+            recent_ttft.append(heappop(first_tokens))
+        while recent_ttft and recent_ttft[0][0] <= now - LATENCY_WINDOW_S:
+            recent_ttft.popleft()
+        if not recent_ttft:
+            return math.nan, math.nan
+        p95, p99 = np.percentile([latency for _, latency in recent_ttft], (95, 99))
+        return float(p95), float(p99)
 
     def control(now: float, next_tick: float) -> float:
         """Ready transitions and policy ticks due at `now`; returns the next tick time."""

@@ -15,7 +15,14 @@ import requests
 from sandbox.fleet import Fleet
 from sandbox.prometheus import PrometheusLauncher, free_port
 from sandbox.replica import wait_until
-from scaling.drivers.prometheus import FRESHNESS, QUERIES, LabelMapping, PrometheusConfig, PrometheusSignalSource
+from scaling.drivers.prometheus import (
+    FRESHNESS,
+    QUERIES,
+    LabelMapping,
+    PrometheusConfig,
+    PrometheusSignalSource,
+    duration_s,
+)
 from scaling.drivers.signals import PoolSelector
 from scaling.sim.profiles import PoolProfile, get_profile
 
@@ -199,3 +206,44 @@ def test_it_identifies_pools_by_the_configured_labels(cluster) -> None:
     assert read["prod-chat"].ready_replicas.known == 2.0
     assert read["prod-chat"].error_rate.known == 0.0  # the HTTP join keeps namespace from the vLLM side
     assert not read["staging-chat"].ready_replicas.is_known
+
+
+def test_its_request_rate_counts_arrivals_before_they_complete(cluster) -> None:
+    # A pool of one slow replica (1 slot, 1 s a token) gets 4 requests at once: nothing completes
+    # for several seconds, so completions alone would read 0 req/s while the queue builds.
+    prometheus, fleet = cluster
+    slow = dataclasses.replace(get_profile("llama-3.1-8b-h100"), model="slow-model", max_num_seqs=1,
+                               itl_ms_base=1000.0, itl_ms_per_seq=0.0)
+    (replica,) = fleet.add_replicas(1, "slow-model", profile=slow, pool="prod/slow")
+    assert replica.wait_ready(timeout=5)
+    prometheus.wait_for_up(timeout=20)
+
+    def send() -> None:
+        try:
+            requests.post(replica.base_url + "/v1/completions", timeout=60,
+                          json={"model": "slow-model", "prompt": "a b c", "max_tokens": 30})
+        except requests.RequestException:
+            pass  # the module's fleet may stop first; the test reads the metrics before that
+
+    for _ in range(4):
+        threading.Thread(target=send, daemon=True).start()
+    assert wait_until(lambda: prometheus.query('sum(vllm:num_requests_waiting{model_name="slow-model"}) >= 3'), 10)
+    time.sleep(1.5)  # a few more scrapes with the queue standing
+
+    source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+    slow_pool = source.read([PoolSelector("slow", {"model_name": "slow-model"})])["slow"]
+    completions = prometheus.query('sum(rate(vllm:request_success_total{model_name="slow-model"}[30s]))')
+
+    assert not completions or float(completions[0]["value"][1]) == 0.0
+    assert slow_pool.request_rate_rps.is_known and slow_pool.request_rate_rps.value > 0.0
+
+
+@pytest.mark.parametrize(("window", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5)])
+def test_it_reads_the_rate_window_in_seconds(window, seconds) -> None:
+    assert duration_s(window) == seconds
+
+
+@pytest.mark.parametrize("window", ["", "1", "m", "1 m", "-1m", "1m junk"])
+def test_it_refuses_a_rate_window_that_is_not_a_duration(window) -> None:
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        duration_s(window)

@@ -75,6 +75,8 @@ def good_state(target: int = 6, known_at: float = NOW - 15) -> PlannerState:
          inputs(windows=(ScheduleWindow(NOW + 600, NOW + 3600, 0.4, expected_rps=100.0),)), 4, p.PREDICTIVE),
         ("the warm floor: 40 % of the expected peak", inputs(lead=(10.0, 12.0), peak=(150.0, 180.0)), 6, p.WARM_FLOOR),
         ("an approved pre-scale is held", inputs(approved=12), 8, p.PRESCALE_HOLD),
+        ("the rate arriving now leads a ramp the forecast has not caught",
+         inputs(signals(rate=75.0), lead=(30.0, 36.0)), 8, p.REACTIVE_RATE),
     ],
 )
 def test_it_takes_the_largest_term(case, plan_input, expected_target, largest_term):
@@ -95,6 +97,25 @@ def test_it_says_why_with_the_numbers_behind_each_term():
     assert decision.term(p.WARM_FLOOR).numbers["expected_peak_rps"] == 60.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.target_replicas = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("case", "rate", "margin", "expected"),
+    [
+        ("the current rate at the capacity", 75.0, 1.0, 8),
+        ("times the margin", 75.0, 1.5, 12),
+        ("margin 0 turns the term off", 75.0, 0.0, None),
+        ("an unknown rate has no opinion, never zero", None, 1.0, None),
+    ],
+)
+def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, expected):
+    pool = dataclasses.replace(POOL, request_rate_margin=margin)
+    decision = plan(inputs(signals(rate=rate), lead=None), pool, good_state())
+
+    term = decision.term(p.REACTIVE_RATE)
+    assert term.replicas == expected, case
+    if expected is not None:
+        assert term.numbers["request_rate_rps"] == rate and term.numbers["capacity_rps_per_replica"] == 10.0
 
 
 # ---------------------------------------------------------------------------- arriving replicas

@@ -1,8 +1,12 @@
 """The policy interface both simulation modes call: `decide(now, observation, state) -> replicas`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+LATENCY_WINDOW_S = 60.0  # the Prometheus signals' rate window (scaling/drivers/prometheus.py)
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,10 @@ class Observation:
     running: float  # requests admitted to a batch
     utilisation: float  # mean over ready replicas of GPU busy share or batch fill, 0..1
     arrival_rate_rps: float  # requests sent (retries included) per second over the last tick
+    # TTFT percentiles of the requests whose first token came in the last LATENCY_WINDOW_S, as a
+    # histogram_quantile over vLLM's TTFT histogram reads them; NaN when none did (unknown).
+    ttft_p95_s: float = math.nan
+    ttft_p99_s: float = math.nan
 
 
 class Policy(Protocol):

@@ -10,9 +10,11 @@ floor until the 30-minute horizon it was made for has passed.
 
 The pool profile: per-replica capacity at the SLO is *measured* like a load test before the pool
 takes traffic: Poisson arrivals with the workload's token-length mix (never its timing) on a few
-simulated replicas, bisecting on the rate that still meets the TTFT objective. The simulator
-exports no latency histogram, so the planner's online latency correction has nothing to learn
-from in replay and stays at 1.
+simulated replicas, bisecting on the rate that still meets the TTFT objective. Real traffic is
+burstier than Poisson; the planner learns that online: request mode reports the TTFT percentiles
+of the last minute, as Prometheus reads them from vLLM's histogram, and the planner corrects the
+capacity by the percentile that matches the objective (`slo_signal_for`). Fluid mode reports no
+latency, so there the correction stays at 1.
 """
 from __future__ import annotations
 
@@ -102,6 +104,8 @@ class HeadroomPolicy:
             ready_replicas=fresh(observation.ready_replicas),
             arriving_replicas=fresh(observation.starting_replicas),
             desired_replicas=fresh(observation.desired_replicas),
+            ttft_p95_s=fresh(observation.ttft_p95_s),
+            ttft_p99_s=fresh(observation.ttft_p99_s),
         )
         cold_start = self.pool.cold_start_p95_s
         ready_in = tuple(max(0.0, at + cold_start - now) for at in state.requested_at)
@@ -191,6 +195,11 @@ def _binned(rates: list[float], bin_s: float, tick_s: float) -> np.ndarray:
     return np.asarray(rates[len(rates) - bins * per_bin:], dtype=float).reshape(bins, per_bin).mean(axis=1)
 
 
+def slo_signal_for(objective: float) -> str:
+    """The TTFT percentile an objective is judged by: p99 for 99 % and stricter, else p95."""
+    return "ttft_p99_s" if objective >= 0.99 else "ttft_p95_s"
+
+
 def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | None = None) -> PoolPlan:
     """The planning profile of the simulated pool (see the module docstring)."""
     profile = config.profile
@@ -201,6 +210,7 @@ def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | N
         min_replicas=config.min_replicas,
         max_replicas=config.max_replicas,
         slo_latency_s=config.slo_ttft_s,
+        slo_signal=slo_signal_for(config.slo_objective),
         unloaded_latency_s=min(unloaded, config.slo_ttft_s),
         cold_start_p95_s=config.cold_start.p95_s,
         decision_delay_s=config.tick_s or 15.0,
