@@ -247,6 +247,9 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
     over_slo = latency > pool.slo_latency_s
     if latency <= 0 or (load < pool.correction_min_load and not over_slo):
         return state.capacity_correction, None
+    if load * state.capacity_correction > 1.0:
+        # Past the capacity it believes in, latency is the queue's: no evidence about capacity.
+        return state.capacity_correction, None
     ratio = min(max(expected_latency_s(pool, load * state.capacity_correction) / latency, 0.5), 2.0)
     step = ratio**pool.correction_gain
     updated = min(max(state.capacity_correction * step, pool.correction_min), pool.correction_max)

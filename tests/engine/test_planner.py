@@ -273,6 +273,7 @@ def test_it_makes_no_proposal_on_unknown_load():
         ("faster than expected under real load: capacity goes up", 60.0, 0.3, 1),
         ("light load says nothing", 10.0, 0.1, 0),
         ("over the SLO even at light load: capacity goes down", 10.0, 3.0, -1),
+        ("overloaded past the stated capacity: the latency is the queue's, nothing is learned", 120.0, 5.0, 0),
     ],
 )
 def test_it_corrects_capacity_by_observed_latency(case, rate, ttft_p95, direction):
