@@ -69,6 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", default=str(Path(__file__).resolve().parents[2] / "shared" / "traces"))
     parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="add to every case's seed: other copies and thinnings of the same traces")
     parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue (the oracle is always run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -79,7 +81,7 @@ def main() -> None:
         print("| case | headroom attainment | × oracle GPU-h | keda-queue attainment | × oracle | oracle attainment / GPU-h |")
         print("|---|---|---|---|---|---|")
     for label, file_name, scale, surge_spec, start_share, seed in CASES:
-        workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed)
+        workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed + args.seed_offset)
         oracle = simulate(workload, config, "oracle")
         pool = pool_plan_for(config, workload)
         pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})

@@ -80,6 +80,9 @@ class PoolPlan:
     # The reactive rate term serves the request rate arriving now times this margin at the
     # corrected capacity; 0 turns the term off.
     request_rate_margin: float = 1.0
+    # The queue term orders at most this multiple of the replicas the arriving rate needs (never
+    # fewer than the current count); 0 turns the limit off.
+    queue_term_rate_multiple: float = 3.0
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
     scale_up_pods: int = 4  # per period: max(+pods, +percent), like the HPA default
@@ -259,7 +262,8 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
 # ---------------------------------------------------------------------------- terms
 
 
-def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None) -> tuple[Term, HpaState]:
+def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None,
+                  capacity_rps: float) -> tuple[Term, HpaState]:
     waiting = _waiting_per_ready(inputs.signals, ready)
     policy = replace(pool.queue, min_replicas=pool.min_replicas, max_replicas=pool.max_replicas)
     outcome = decide_on_queue_depth(waiting, len(inputs.arriving_ready_in_s), current, state.hpa, inputs.now_s, policy)
@@ -272,6 +276,13 @@ def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, curren
     # combined target (the core's stabilized value would echo the other terms back as "current").
     numbers["hpa_stabilized"] = float(outcome.desired_replicas) if outcome.desired_replicas is not None else math.nan
     replicas = min(max(outcome.metric_recommendation, pool.min_replicas), pool.max_replicas)
+    rate = inputs.signals.request_rate_rps
+    if pool.queue_term_rate_multiple > 0 and rate.is_known:
+        # Queued requests stay on the replica they wait on; a new replica only takes new arrivals.
+        # So past a few times what the arriving rate needs, a larger queue buys nothing but GPUs.
+        useful = _replicas_for(pool.queue_term_rate_multiple * float(rate.value), capacity_rps)  # type: ignore[arg-type]
+        numbers["limit_by_request_rate"] = float(max(pool.min_replicas, current, useful))
+        replicas = min(replicas, max(pool.min_replicas, current, useful))
     return Term(REACTIVE, replicas, numbers), outcome.state
 
 
@@ -432,7 +443,7 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
                         staleness_alert, capacity_rps, None, state)
 
     if key_known:
-        reactive, hpa_state = reactive_term(inputs, pool, state, current, ready)
+        reactive, hpa_state = reactive_term(inputs, pool, state, current, ready, capacity_rps)
         state = replace(state, hpa=hpa_state)
         reactive_rate = request_rate_term(inputs, pool, capacity_rps)
     else:

@@ -118,6 +118,24 @@ def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, 
         assert term.numbers["request_rate_rps"] == rate and term.numbers["capacity_rps_per_replica"] == 10.0
 
 
+@pytest.mark.parametrize(
+    ("case", "rate", "multiple", "expected"),
+    [
+        # 4 ready with 100 waiting each: the HPA rule asks for 80 (100 / 5 per replica x 4).
+        ("a queue far past what the arriving rate needs orders 3x the rate's replicas", 50.0, 3.0, 15),
+        ("never below the current count", 5.0, 3.0, 4),
+        ("a rate that needs it all lets the queue term order it all", 400.0, 3.0, 40),
+        ("multiple 0 turns the limit off", 50.0, 0.0, 40),
+        ("an unknown rate leaves the queue term alone (the safety net)", None, 3.0, 40),
+    ],
+)
+def test_the_queue_term_orders_no_more_than_a_multiple_of_the_rate_s_need(case, rate, multiple, expected):
+    pool = dataclasses.replace(POOL, queue_term_rate_multiple=multiple)
+    decision = plan(inputs(signals(ready=4, queue=400.0, rate=rate), lead=None), pool, good_state())
+
+    assert decision.term(p.REACTIVE).replicas == expected, case  # 80 capped by max replicas 40 at most
+
+
 # ---------------------------------------------------------------------------- arriving replicas
 
 
@@ -133,8 +151,9 @@ def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, 
     ],
 )
 def test_it_credits_arriving_replicas(case, ready, arriving, arriving_in, queue, expected):
-    decision = plan(inputs(signals(ready=ready, arriving=arriving, queue=queue), lead=(10.0, 12.0), arriving_in=arriving_in),
-                    POOL, good_state())
+    # 60 req/s: enough arriving for the queue term's own answer to stand (see the next test).
+    decision = plan(inputs(signals(ready=ready, arriving=arriving, queue=queue, rate=60.0), lead=(10.0, 12.0),
+                           arriving_in=arriving_in), POOL, good_state())
     assert decision.target_replicas == expected, case
     assert decision.ready_replicas == ready and decision.arriving_replicas == arriving
 

@@ -211,6 +211,9 @@ def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | N
         max_replicas=config.max_replicas,
         slo_latency_s=config.slo_ttft_s,
         slo_signal=slo_signal_for(config.slo_objective),
+        # The capacity comes from a Poisson load test, the gentlest arrivals a pool sees: an upper
+        # bound, which latency may lower but never raise.
+        correction_max=1.0,
         unloaded_latency_s=min(unloaded, config.slo_ttft_s),
         cold_start_p95_s=config.cold_start.p95_s,
         decision_delay_s=config.tick_s or 15.0,
