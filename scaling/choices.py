@@ -5,7 +5,7 @@ from django.db import models
 class ProposalKind(models.TextChoices):
     PRESCALE = "prescale", "Pre-scale (forecast)"
     WARM_POOL = "warm_pool", "Warm pool"
-    REACTIVE = "reactive", "Reactive (queue depth)"
+    REACTIVE = "reactive", "Reactive (queue depth, request rate)"
     SCHEDULED = "scheduled", "Scheduled peak"
     MANUAL = "manual", "Manual"
 
