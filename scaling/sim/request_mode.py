@@ -100,6 +100,8 @@ def run_request_mode(
     waiting_by_replica = serving.waiting_exits  # used when waits_in_order, else waiting_until
     samples: list[Observation] = []
     queue_limit = config.queue_limit
+    # TTFT percentiles cost a heap push per request: only for a policy that reads them.
+    observes_latency = bool(getattr(policy, "observes_latency", False))
     first_tokens: list[tuple[float, float]] = []  # heap: (first token at, TTFT) not yet observed
     recent_ttft: deque[tuple[float, float]] = deque()  # first tokens inside the latency window
 
@@ -142,7 +144,8 @@ def run_request_mode(
             heapreplace(heap, end)
             prefill_free_at[r] = prefill_done
             ttft[k] = first_token - origin[k]
-            heappush(first_tokens, (first_token, ttft[k]))
+            if observes_latency:
+                heappush(first_tokens, (first_token, ttft[k]))
             e2e[k] = end - origin[k]
             outcome[k] = SERVED
         else:
@@ -177,7 +180,7 @@ def run_request_mode(
         if ready:
             prefill_share = tick_prefill_s / (ready * tick_s)
             utilisation = min(1.0, max(prefill_share, running / (ready * slots)))
-        ttft_p95, ttft_p99 = ttft_percentiles(now)
+        ttft_p95, ttft_p99 = ttft_percentiles(now) if observes_latency else (math.nan, math.nan)
         observation = Observation(
             now=now,
             ready_replicas=ready,

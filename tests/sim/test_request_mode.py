@@ -72,13 +72,18 @@ def test_it_routes_to_the_replica_with_fewest_outstanding():
     assert result.slo_attainment == 1.0
 
 
+@dataclasses.dataclass(frozen=True)
+class LatencyReadingStatic(StaticPolicy):
+    observes_latency: bool = True
+
+
 def test_it_observes_ttft_percentiles_of_the_last_minute_like_a_histogram():
     # One request every 10 s for 2 minutes on one idle replica: every TTFT is one prefill and one
     # token. Then silence: after a minute without first tokens the percentiles are unknown (NaN).
     profile = STEADY.profile
     arrivals = np.append(np.arange(0.5, 120.0, 10.0), 300.0)  # the last one keeps the clock running
     trace = Trace("spaced", arrivals, np.full(len(arrivals), 1000), np.full(len(arrivals), 5))
-    result = run_request_mode(trace, STEADY, StaticPolicy(1))
+    result = run_request_mode(trace, STEADY, LatencyReadingStatic(1))
     expected_ttft = 1000 / profile.prefill_tokens_per_s + inter_token_seconds(profile, 1)
 
     during = [s for s in result.samples if 30 <= s.now <= 120]
@@ -86,12 +91,15 @@ def test_it_observes_ttft_percentiles_of_the_last_minute_like_a_histogram():
     assert all(s.ttft_p99_s == pytest.approx(expected_ttft) for s in during)
     after = [s for s in result.samples if 120.5 + 61 <= s.now < 300]
     assert len(after) > 100 and all(np.isnan(s.ttft_p95_s) and np.isnan(s.ttft_p99_s) for s in after)
+    # A policy that does not read latency is not charged for tracking it.
+    plain = run_request_mode(trace, STEADY, StaticPolicy(1))
+    assert all(np.isnan(s.ttft_p95_s) for s in plain.samples)
 
 
 def test_its_ttft_percentiles_rise_with_the_queue_when_under_provisioned():
     trace = poisson_trace(rate_rps=40, duration_s=600, prompt=1000)  # ~2.7 replicas of prefill work
-    short = run_request_mode(trace, STEADY, StaticPolicy(2))
-    enough = run_request_mode(trace, STEADY, StaticPolicy(4))
+    short = run_request_mode(trace, STEADY, LatencyReadingStatic(2))
+    enough = run_request_mode(trace, STEADY, LatencyReadingStatic(4))
 
     def late_p99(result):
         return np.median([s.ttft_p99_s for s in result.samples if 300 <= s.now <= 600])

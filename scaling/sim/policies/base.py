@@ -30,6 +30,8 @@ class Observation:
 class Policy(Protocol):
     name: str
     tick_s: float
+    # A policy that reads the TTFT percentiles sets `observes_latency = True`; request mode only
+    # tracks them for such a policy (they cost a heap push per request).
 
     def new_state(self) -> Any:
         """Fresh per-run state; `decide` may mutate it."""

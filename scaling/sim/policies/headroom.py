@@ -72,6 +72,7 @@ class HeadroomPolicy:
     lead_method: str = "trend"
     name: str = "headroom"
     tick_s: float = 15.0
+    observes_latency: bool = True  # request mode reports TTFT percentiles to it
 
     def new_state(self) -> HeadroomState:
         return HeadroomState()
