@@ -1,6 +1,7 @@
 """The headroom policy against keda-queue and the oracle on a wider set of replays than issue 5's table.
 
-    .venv/bin/python bench/headroom_suite.py [--traces ../shared/traces] [--pool FIELD=VALUE ...] [--json]
+    .venv/bin/python bench/headroom_suite.py [--traces ../shared/traces] [--seed-offset N] [--pool FIELD=VALUE ...]
+        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--no-baselines] [--json]
 
 Why a suite: one trace rewards tuning to that trace. Each case is an Azure trace (request mode,
 the defaults of docs/simulator.md) reshaped so that its bursts, surges and rates differ: rate
@@ -21,9 +22,10 @@ import math
 from pathlib import Path
 
 from scaling.engine.planner import PoolPlan
-from scaling.sim.config import SimConfig
+from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.loaders import load_trace
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
+from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from scaling.sim.request_mode import run_request_mode
 from scaling.sim.runner import simulate
 from scaling.sim.transforms import rate_scale, surge
@@ -71,11 +73,18 @@ def main() -> None:
     parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--seed-offset", type=int, default=0,
                         help="add to every case's seed: other copies and thinnings of the same traces")
+    parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
+    parser.add_argument("--cold-start-s", type=float, metavar="S", help="cold-start p50; p95 keeps the profile's ratio")
+    parser.add_argument("--slo-ttft-ms", type=float, default=1000.0, metavar="MS")
     parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue (the oracle is always run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     overrides = parse_overrides(args.pool)
-    config = SimConfig()
+    profile = get_profile(args.profile)
+    config = SimConfig.for_profile(profile, slo_ttft_s=args.slo_ttft_ms / 1000.0)
+    if args.cold_start_s is not None:
+        ratio = profile.cold_start_p95_s / profile.cold_start_p50_s
+        config = dataclasses.replace(config, cold_start=ColdStart(args.cold_start_s, args.cold_start_s * ratio))
     rows = []
     if not args.json:
         print("| case | headroom attainment | × oracle GPU-h | keda-queue attainment | × oracle | oracle attainment / GPU-h |")
