@@ -1,10 +1,10 @@
 """Prometheus `SignalSource`: one batched PromQL query per signal per cluster.
 
 All the PromQL Headroom sends lives in `QUERIES` below, written against vLLM's metric names
-(`../shared/reference/vllm-interface.md`) with three placeholders:
+(`../shared/reference/vllm-interface.md`) with these placeholders:
 `{by}` the pool labels (`LabelMapping.pool_labels`), `{sel}` extra matchers (`LabelMapping.selector`),
-`{w}` the rate window (`{ws}` the same in seconds). Every query groups by the pool labels, so a cluster with 200 pools costs the
-same queries as one with a single pool.
+`{w}` the rate window and `{ws}` the same in seconds. Every query groups by the pool labels, so a
+cluster with 200 pools costs the same queries as one with a single pool.
 
 Ages. Prometheus stamps an instant query's answer with the evaluation time, not the scrape time,
 so the source also asks, once per source family, for the oldest scrape time per pool
