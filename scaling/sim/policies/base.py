@@ -5,7 +5,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-
 LATENCY_WINDOW_S = 60.0  # the Prometheus signals' rate window (scaling/drivers/prometheus.py)
 
 
