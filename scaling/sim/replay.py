@@ -17,7 +17,6 @@ from scaling.sim.config import ClientConfig, ColdStart, SimConfig
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace
 from scaling.sim.policies import POLICIES
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
-from scaling.sim.result import SimResult
 from scaling.sim.runner import MODES, simulate
 from scaling.sim.transforms import rate_scale, surge, time_scale, time_shift
 from scaling.sim.workload import Workload
@@ -56,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", default="request", choices=sorted(MODES))
     parser.add_argument("--fluid-step-s", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--misses-by-minute", action="store_true",
+                        help="add slo_misses_by_minute: requests that missed the TTFT SLO by minute of arrival (request mode)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -101,8 +102,8 @@ def workload_from(args: argparse.Namespace) -> Workload:
     return workload
 
 
-def format_table(result: SimResult) -> str:
-    rows = [(key, json.dumps(value) if isinstance(value, dict) else str(value)) for key, value in result.as_json().items()]
+def format_table(report: dict[str, object]) -> str:
+    rows = [(key, json.dumps(value) if isinstance(value, dict) else str(value)) for key, value in report.items()]
     width = max(len(key) for key, _ in rows)
     return "\n".join(f"{key:<{width}}  {value}" for key, value in rows)
 
@@ -117,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         config = config_from(args)
+        if args.misses_by_minute and args.mode != "request":
+            raise UsageError("--misses-by-minute needs --mode request (fluid mode scores aggregates, not requests)")
         workload = workload_from(args)
         if args.policy in ("oracle", "static") and workload.expected_requests > LARGE_WORKLOAD_REQUESTS:
             print(f"replay: sizing {args.policy} by searching with replays first", file=sys.stderr, flush=True)
@@ -126,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
     result.wall_s = round(time.perf_counter() - started, 3)
-    print(json.dumps(result.as_json()) if args.json else format_table(result))
+    report = result.as_json()
+    if args.misses_by_minute:
+        report["slo_misses_by_minute"] = {str(minute): count for minute, count in (result.misses_by_minute or {}).items()}
+    print(json.dumps(report) if args.json else format_table(report))
     return 0
 
 

@@ -274,7 +274,7 @@ def run_request_mode(
         outcome[k] = TIMED_OUT  # no replica ever became ready for it
 
     return _result(policy.name, config, total, np.array(outcome, dtype=np.int8), np.array(ttft), np.array(e2e),
-                   retries, replicas, end_s, samples, started)
+                   retries, replicas, end_s, samples, started, trace.arrival_s)
 
 
 def _result(
@@ -289,9 +289,12 @@ def _result(
     end_s: float,
     samples: list[Observation],
     started: float,
+    arrival_s: np.ndarray,
 ) -> SimResult:
     served = outcome == SERVED
-    within_slo = int(np.count_nonzero(ttft[served] <= config.slo_ttft_s))
+    met = served & (np.nan_to_num(ttft, nan=np.inf) <= config.slo_ttft_s)
+    within_slo = int(np.count_nonzero(met))
+    missed = np.bincount((arrival_s[~met] // 60).astype(np.int64)) if total else np.zeros(0, np.int64)
     return SimResult(
         policy=policy_name,
         mode="request",
@@ -306,5 +309,6 @@ def _result(
         e2e_mean_s=float(np.mean(e2e[served])) if served.any() else float("nan"),
         wall_s=round(time.perf_counter() - started, 3),
         samples=samples,
+        misses_by_minute={int(minute): int(count) for minute, count in enumerate(missed) if count},
         **pool_costs(replicas, config, end_s),  # type: ignore[arg-type]
     )
