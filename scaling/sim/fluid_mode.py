@@ -16,10 +16,10 @@ import numpy as np
 
 from scaling.sim.config import SimConfig, effective_slots
 from scaling.sim.lifecycle import ReplicaSet
-from scaling.sim.policies.base import Observation, Policy
+from scaling.sim.policies.base import LATENCY_WINDOW_S, Observation, Policy
 from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.request_mode import ProgressFn
-from scaling.sim.result import Percentiles, SimResult, pool_costs
+from scaling.sim.result import Percentiles, SimResult, pool_costs, weighted_quantiles
 from scaling.sim.workload import Workload
 
 TTFT_POINTS = 8  # prompt-length quantiles per step used for latency percentiles
@@ -98,6 +98,21 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     samples: list[Observation] = []
     smoothed_work = 0.0  # prefill work per step, averaged over LOAD_SMOOTHING_S: the load the random waits see
     smoothing = min(1.0, step_s / LOAD_SMOOTHING_S)
+    # TTFT percentiles of the last minute's steps, scored like the whole run (only for a policy that reads them).
+    observes_latency = bool(getattr(policy, "observes_latency", False))
+    window_steps = max(1, int(round(LATENCY_WINDOW_S / step_s)))
+    scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
+
+    def window_ttft(t: int) -> tuple[float, float]:
+        lo = max(0, t - window_steps)
+        first = np.asarray(served_first_try[lo:t])
+        active = first > 0
+        if not active.any():
+            return math.nan, math.nan
+        columns = (np.asarray(column[lo:t])[active] for column in (backlog_wait, load, service, itl_at))
+        points = _ttft_points(_waits(*columns, scv), prompt_sample, profile.prefill_tokens_per_s)
+        p95, p99 = weighted_quantiles(points.ravel(), (0.95, 0.99), np.repeat(first[active] / TTFT_POINTS, TTFT_POINTS))
+        return p95, p99
     decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
     ready = replicas.ready_count
     last_report = time.perf_counter()
@@ -123,9 +138,10 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
                 ready = replicas.ready_count
             if now >= next_tick:
                 busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
+                ttft_p95, ttft_p99 = window_ttft(t) if observes_latency else (math.nan, math.nan)
                 observation = Observation(
                     now, replicas.ready_count, replicas.starting_count, replicas.desired_count, max(0.0, waiting),
-                    max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s,
+                    max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s, ttft_p95, ttft_p99,
                 )
                 samples.append(observation)
                 tail_s = decode_steps_by_batch[min(slots, int(decoding / ready) + 1) if ready else 1] * step_s
@@ -295,6 +311,24 @@ def _schedule_retries(
     return count
 
 
+def _waits(backlog_wait: np.ndarray, load: np.ndarray, service_s: np.ndarray, itl: np.ndarray, scv: float) -> np.ndarray:
+    """Each step's requests: TTFT_POINTS quantiles of the wait before their first token (backlog,
+    random wait, one token), one row per step."""
+    probability, mean = random_wait(load, service_s, scv)
+    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
+    tail = np.clip((levels[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0, None)
+    random_part = np.where(tail > 0, -mean[:, None] * np.log(np.clip(1 - tail, 1e-12, 1)), 0.0)
+    return backlog_wait[:, None] + random_part + itl[:, None]
+
+
+def _ttft_points(wait: np.ndarray, prompt_sample: np.ndarray, prefill_tokens_per_s: float) -> np.ndarray:
+    """TTFT points: each wait quantile paired with a prompt-length quantile (a fixed shuffle, so the
+    two are sampled independently)."""
+    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
+    shuffle = np.random.default_rng(0).permutation(TTFT_POINTS)
+    return wait + np.quantile(prompt_sample, levels)[shuffle][None, :] / prefill_tokens_per_s
+
+
 def _score(
     policy_name: str,
     config: SimConfig,
@@ -315,21 +349,16 @@ def _score(
     steps_in = _merge_repeats(steps)
     first_try, backlog_wait, itl = steps_in.served_first_try, steps_in.backlog_wait_s, steps_in.itl_s
     scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
-    probability, mean = random_wait(steps_in.load, steps_in.service_s, scv)
-    # Each step's requests: TTFT_POINTS quantiles of the random wait, each paired with a
-    # prompt-length quantile (a fixed shuffle, so the two are sampled independently).
-    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
-    tail = np.clip((levels[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0, None)
-    random_part = np.where(tail > 0, -mean[:, None] * np.log(np.clip(1 - tail, 1e-12, 1)), 0.0)
-    wait = backlog_wait[:, None] + random_part + itl[:, None]
+    wait = _waits(backlog_wait, steps_in.load, steps_in.service_s, itl, scv)
 
     rate = profile.prefill_tokens_per_s
     sorted_prompt = np.sort(prompt_sample)
     share_within = np.searchsorted(sorted_prompt, (config.slo_ttft_s - wait) * rate, side="right") / len(sorted_prompt)
     within_slo = float(np.sum(first_try[:, None] / TTFT_POINTS * share_within))
 
+    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
     shuffle = np.random.default_rng(0).permutation(TTFT_POINTS)
-    ttft_points = wait + np.quantile(prompt_sample, levels)[shuffle][None, :] / rate
+    ttft_points = _ttft_points(wait, prompt_sample, rate)
     output_points = np.quantile(output_sample, levels)[np.roll(shuffle, 1)]
     e2e_points = ttft_points + itl[:, None] * np.maximum(output_points[None, :] - 1, 0)
     weights = np.repeat(first_try / TTFT_POINTS, TTFT_POINTS)

@@ -13,8 +13,8 @@ takes traffic: Poisson arrivals with the workload's token-length mix (never its 
 simulated replicas, bisecting on the rate that still meets the TTFT objective. Real traffic is
 burstier than Poisson; the planner learns that online: request mode reports the TTFT percentiles
 of the last minute, as Prometheus reads them from vLLM's histogram, and the planner corrects the
-capacity by the percentile that matches the objective (`slo_signal_for`). Fluid mode reports no
-latency, so there the correction stays at 1.
+capacity by the percentile that matches the objective (`slo_signal_for`); fluid mode reports the
+same percentiles from its last minute of steps.
 """
 from __future__ import annotations
 

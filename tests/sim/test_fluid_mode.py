@@ -1,0 +1,47 @@
+"""Fluid mode's observations: the TTFT percentiles a latency-reading policy sees each tick."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from scaling.sim.config import SimConfig
+from scaling.sim.fluid_mode import run_fluid_mode
+from scaling.sim.policies.static import StaticPolicy
+from scaling.sim.workload import RateTrace
+
+CONFIG = SimConfig(tick_s=15.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyReadingStatic(StaticPolicy):
+    observes_latency: bool = True
+
+
+def steady(rate_rps: float, minutes: int = 20) -> RateTrace:
+    return RateTrace("steady", np.arange(minutes) * 60.0, 60.0, np.full(minutes, rate_rps))
+
+
+def late_p99(result) -> float:  # noqa: ANN001
+    return float(np.median([s.ttft_p99_s for s in result.samples if 300 <= s.now <= 1200]))
+
+
+def test_its_ttft_percentiles_rise_past_the_slo_when_under_provisioned():
+    # The same load on 2 replicas (short) and on 12 (plenty): the p99 tells them apart across the SLO.
+    trace = steady(60.0)
+    short = run_fluid_mode(trace, CONFIG, LatencyReadingStatic(2))
+    plenty = run_fluid_mode(trace, CONFIG, LatencyReadingStatic(12))
+
+    assert late_p99(short) > CONFIG.slo_ttft_s > late_p99(plenty) > 0
+    assert all(s.ttft_p99_s >= s.ttft_p95_s for s in plenty.samples if np.isfinite(s.ttft_p95_s))
+
+
+def test_it_reports_no_latency_without_traffic_or_to_a_policy_that_does_not_read_it():
+    idle = run_fluid_mode(RateTrace("idle", np.array([0.0, 60.0, 120.0]), 60.0, np.array([5.0, 0.0, 0.0])), CONFIG,
+                          LatencyReadingStatic(2))
+    # The first minute has traffic; a minute after it stopped, nothing is known (NaN, never 0).
+    assert np.isfinite(idle.samples[1].ttft_p95_s)
+    quiet = [s for s in idle.samples if s.now >= 125]
+    assert quiet and all(np.isnan(s.ttft_p95_s) for s in quiet)
+    plain = run_fluid_mode(steady(60.0), CONFIG, StaticPolicy(12))
+    assert all(np.isnan(s.ttft_p99_s) for s in plain.samples)
