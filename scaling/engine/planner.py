@@ -85,8 +85,11 @@ class PoolPlan:
     queue_term_rate_multiple: float = 3.0
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
-    scale_up_pods: int = 4  # per period: max(+pods, +percent), like the HPA default
-    scale_up_percent: float = 100.0
+    # Per period: max(+pods, +percent). The HPA's default is +100 %; a GPU replica ordered a tick
+    # later is ready a tick later, and the queue term is already bounded by the arriving rate, so
+    # Headroom allows 10x per tick and keeps the limit for a runaway signal.
+    scale_up_pods: int = 4
+    scale_up_percent: float = 900.0
     scale_up_period_s: float = 15.0
     scale_down_window_s: float = 300.0  # a removed GPU replica costs a cold start to get back
     scale_down_pods: int = 1  # per period: max(-pods, -percent); a quarter a minute at most

@@ -12,8 +12,10 @@ from scaling.engine import planner as p
 from scaling.engine.planner import ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow, plan
 from scaling.engine.signals import PoolSignals, Reading
 
+# The HPA's own scale-up limit (+100 % per 15 s) so that the cases can show it binding; Headroom's
+# default is looser (see test_its_default_scale_up_limit_allows_10x_per_tick).
 POOL = PoolPlan(capacity_rps_per_replica=10.0, min_replicas=2, max_replicas=40, cold_start_p95_s=90.0,
-                decision_delay_s=30.0, warm_pool_fraction=0.4)
+                decision_delay_s=30.0, warm_pool_fraction=0.4, scale_up_percent=100.0)
 NOW = 10_000.0
 
 
@@ -241,6 +243,13 @@ def test_it_applies_the_guardrails(case, pool, plan_input, state, expected, reas
     assert decision.target_replicas == expected, case
     assert reason is None or reason in decision.reasons, case
     assert decision.term(p.WARM_FLOOR).replicas >= pool.min_replicas, case
+
+
+def test_its_default_scale_up_limit_allows_10x_per_tick():
+    pool = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=200)
+    # 2 ready, a queue that asks for 100 and a rate that needs 60: 20 now (10x), not 4 (the HPA's 2x).
+    decision = plan(inputs(signals(ready=2, queue=1000.0, rate=600.0), lead=None), pool, good_state())
+    assert decision.target_replicas == 20 and p.RATE_LIMITED_UP in decision.reasons
 
 
 def test_it_counts_earlier_scale_ups_against_the_rate_limit():
