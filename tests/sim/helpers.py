@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scaling.sim.policies.base import Observation
+from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.workload import Trace
 
 
@@ -30,3 +31,10 @@ class ScriptedPolicy:
 
     def decide(self, now: float, observation: Observation, state: None) -> int:
         return [replicas for start, replicas in self.steps if start <= now][-1]
+
+
+@dataclass(frozen=True)
+class LatencyReadingStatic(StaticPolicy):
+    """`static` that asks the simulator for TTFT percentiles (as the headroom policy does)."""
+
+    observes_latency: bool = True

@@ -1,8 +1,6 @@
 """Fluid mode's observations: the TTFT percentiles a latency-reading policy sees each tick."""
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from scaling.sim.config import SimConfig
@@ -10,12 +8,9 @@ from scaling.sim.fluid_mode import run_fluid_mode
 from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.workload import RateTrace
 
+from .helpers import LatencyReadingStatic
+
 CONFIG = SimConfig(tick_s=15.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class LatencyReadingStatic(StaticPolicy):
-    observes_latency: bool = True
 
 
 def steady(rate_rps: float, minutes: int = 20) -> RateTrace:

@@ -11,7 +11,7 @@ from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.request_mode import run_request_mode
 from scaling.sim.workload import Trace
 
-from .helpers import ScriptedPolicy, poisson_trace
+from .helpers import LatencyReadingStatic, ScriptedPolicy, poisson_trace
 
 STEADY = SimConfig(tick_s=1.0)
 
@@ -70,11 +70,6 @@ def test_it_routes_to_the_replica_with_fewest_outstanding():
     result = run_request_mode(trace, STEADY, StaticPolicy(4))
     assert result.mean_ready_replicas == pytest.approx(4.0)
     assert result.slo_attainment == 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class LatencyReadingStatic(StaticPolicy):
-    observes_latency: bool = True
 
 
 def test_it_observes_ttft_percentiles_of_the_last_minute_like_a_histogram():
