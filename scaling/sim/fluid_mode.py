@@ -23,6 +23,9 @@ from scaling.sim.result import Percentiles, SimResult, pool_costs, weighted_quan
 from scaling.sim.workload import Workload
 
 TTFT_POINTS = 8  # prompt-length quantiles per step used for latency percentiles
+_LEVELS = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
+# Wait quantiles pair with prompt-length quantiles in a fixed shuffle, so the two are sampled independently.
+_PAIRING = np.random.default_rng(0).permutation(TTFT_POINTS)
 
 
 @dataclass
@@ -315,18 +318,14 @@ def _waits(backlog_wait: np.ndarray, load: np.ndarray, service_s: np.ndarray, it
     """Each step's requests: TTFT_POINTS quantiles of the wait before their first token (backlog,
     random wait, one token), one row per step."""
     probability, mean = random_wait(load, service_s, scv)
-    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
-    tail = np.clip((levels[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0, None)
+    tail = np.clip((_LEVELS[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0, None)
     random_part = np.where(tail > 0, -mean[:, None] * np.log(np.clip(1 - tail, 1e-12, 1)), 0.0)
     return backlog_wait[:, None] + random_part + itl[:, None]
 
 
 def _ttft_points(wait: np.ndarray, prompt_sample: np.ndarray, prefill_tokens_per_s: float) -> np.ndarray:
-    """TTFT points: each wait quantile paired with a prompt-length quantile (a fixed shuffle, so the
-    two are sampled independently)."""
-    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
-    shuffle = np.random.default_rng(0).permutation(TTFT_POINTS)
-    return wait + np.quantile(prompt_sample, levels)[shuffle][None, :] / prefill_tokens_per_s
+    """TTFT points: each wait quantile plus the prefill of the prompt-length quantile it pairs with."""
+    return wait + np.quantile(prompt_sample, _LEVELS)[_PAIRING][None, :] / prefill_tokens_per_s
 
 
 def _score(
@@ -356,10 +355,8 @@ def _score(
     share_within = np.searchsorted(sorted_prompt, (config.slo_ttft_s - wait) * rate, side="right") / len(sorted_prompt)
     within_slo = float(np.sum(first_try[:, None] / TTFT_POINTS * share_within))
 
-    levels = (np.arange(TTFT_POINTS) + 0.5) / TTFT_POINTS
-    shuffle = np.random.default_rng(0).permutation(TTFT_POINTS)
     ttft_points = _ttft_points(wait, prompt_sample, rate)
-    output_points = np.quantile(output_sample, levels)[np.roll(shuffle, 1)]
+    output_points = np.quantile(output_sample, _LEVELS)[np.roll(_PAIRING, 1)]
     e2e_points = ttft_points + itl[:, None] * np.maximum(output_points[None, :] - 1, 0)
     weights = np.repeat(first_try / TTFT_POINTS, TTFT_POINTS)
     served = max(0.0, offered - timed_out - rejected)
