@@ -265,28 +265,44 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
 # ---------------------------------------------------------------------------- terms
 
 
+def _queue_with_none_ready(signals: PoolSignals, ready: int | None) -> float | None:
+    """The pool's queue while no replica is ready (scaled to zero, or every replica still loading)."""
+    return float(signals.queue_depth.value) if ready == 0 and signals.queue_depth.is_known else None  # type: ignore[arg-type]
+
+
 def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None,
                   capacity_rps: float) -> tuple[Term, HpaState]:
-    waiting = _waiting_per_ready(inputs.signals, ready)
     policy = replace(pool.queue, min_replicas=pool.min_replicas, max_replicas=pool.max_replicas)
-    outcome = decide_on_queue_depth(waiting, len(inputs.arriving_ready_in_s), current, state.hpa, inputs.now_s, policy)
+    waiting = _waiting_per_ready(inputs.signals, ready)
     known = [v for v in waiting if v is not None]
     numbers = {"waiting_total": float(sum(known)), "ready_with_queue": float(len(known)),
                "target_waiting_per_replica": policy.target_waiting_per_replica}
-    if outcome.metric_recommendation is None:
-        return Term(REACTIVE, None, numbers), outcome.state
-    # The term is the metric's own demand; stabilization and rate limits apply once, to the
-    # combined target (the core's stabilized value would echo the other terms back as "current").
-    numbers["hpa_stabilized"] = float(outcome.desired_replicas) if outcome.desired_replicas is not None else math.nan
-    replicas = min(max(outcome.metric_recommendation, pool.min_replicas), pool.max_replicas)
+    hpa_state = state.hpa
+    queue_at_zero = _queue_with_none_ready(inputs.signals, ready)
+    if queue_at_zero is not None:
+        # No ready pod to average over, where the HPA stops; like KEDA's activation, a waiting
+        # request asks for capacity, sized by the queue target.
+        numbers["waiting_total"] = queue_at_zero
+        recommendation = max(1, math.ceil(queue_at_zero / policy.target_waiting_per_replica - 1e-9)) if queue_at_zero > 0 else 0
+    else:
+        outcome = decide_on_queue_depth(waiting, len(inputs.arriving_ready_in_s), current, state.hpa, inputs.now_s, policy)
+        hpa_state = outcome.state
+        if outcome.metric_recommendation is None:
+            return Term(REACTIVE, None, numbers), hpa_state
+        # The term is the metric's own demand; stabilization and rate limits apply once, to the
+        # combined target (the core's stabilized value would echo the other terms back as "current").
+        numbers["hpa_stabilized"] = float(outcome.desired_replicas) if outcome.desired_replicas is not None else math.nan
+        recommendation = outcome.metric_recommendation
+    replicas = min(max(recommendation, pool.min_replicas), pool.max_replicas)
     rate = inputs.signals.request_rate_rps
     if pool.queue_term_rate_multiple > 0 and rate.is_known:
         # Queued requests stay on the replica they wait on; a new replica only takes new arrivals.
         # So past a few times what the arriving rate needs, a larger queue buys nothing but GPUs.
         useful = _replicas_for(pool.queue_term_rate_multiple * float(rate.value), capacity_rps)  # type: ignore[arg-type]
-        numbers["limit_by_request_rate"] = float(max(pool.min_replicas, current, useful))
-        replicas = min(replicas, max(pool.min_replicas, current, useful))
-    return Term(REACTIVE, replicas, numbers), outcome.state
+        limit = max(pool.min_replicas, current, useful, 1)
+        numbers["limit_by_request_rate"] = float(limit)
+        replicas = min(replicas, limit)
+    return Term(REACTIVE, replicas, numbers), hpa_state
 
 
 def request_rate_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
@@ -421,7 +437,8 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     ready, desired = _count(signals.ready_replicas), _count(signals.desired_replicas)
     arriving = len(inputs.arriving_ready_in_s)
     current = desired if desired is not None else (ready + arriving if ready is not None else None)
-    queue_known = bool(_waiting_per_ready(signals, ready)) and any(v is not None for v in _waiting_per_ready(signals, ready))
+    queue_known = (any(v is not None for v in _waiting_per_ready(signals, ready))
+                   or _queue_with_none_ready(signals, ready) is not None)
     key_known = queue_known and ready is not None and current is not None
     last_known = now if key_known else state.last_known_at_s
     unknown_for = 0.0 if key_known else (now - last_known if last_known is not None else math.inf)

@@ -138,6 +138,25 @@ def test_the_queue_term_orders_no_more_than_a_multiple_of_the_rate_s_need(case, 
     assert decision.term(p.REACTIVE).replicas == expected, case  # 80 capped by max replicas 40 at most
 
 
+@pytest.mark.parametrize(
+    ("case", "queue", "rate", "arriving", "expected"),
+    [
+        ("scaled to zero, requests waiting, rate unknown: it activates, sized by the queue target", 12.0, None, 0, 3),
+        ("scaled to zero, requests waiting long and none arriving: one replica serves them", 12.0, 0.0, 0, 1),
+        ("scaled to zero, requests arriving but none waiting yet: the rate term activates", 0.0, 25.0, 0, 3),
+        ("scaled to zero and idle: it stays at zero", 0.0, 0.0, 0, 0),
+        ("replicas loading and a queue they will absorb: nothing more", 12.0, 0.0, 3, 3),
+    ],
+)
+def test_it_scales_from_zero_ready_replicas(case, queue, rate, arriving, expected):
+    pool = dataclasses.replace(POOL, min_replicas=0)
+    decision = plan(inputs(signals(ready=0, arriving=arriving, queue=queue, rate=rate), lead=None,
+                           arriving_in=(60.0,) * arriving), pool, good_state(target=0))
+
+    assert not decision.hold, case
+    assert decision.target_replicas == expected, case
+
+
 # ---------------------------------------------------------------------------- arriving replicas
 
 

@@ -30,6 +30,8 @@ def observe(ready=2, starting=0, desired=None, queue=0.0, utilisation=0.5, now=0
         ("queue growth capped at max(+100 %, +4)", KedaQueuePolicy(1, 100), observe(ready=2, queue=500.0), 6),
         ("queue within tolerance holds", KedaQueuePolicy(1, 100), observe(ready=4, queue=21.0), 4),
         ("empty queue, no history: down to min", KedaQueuePolicy(1, 100), observe(ready=4, queue=0.0), 1),
+        ("at zero, a waiting request activates one replica", KedaQueuePolicy(0, 100), observe(ready=0, queue=3.0), 1),
+        ("at zero with nothing waiting it stays at zero", KedaQueuePolicy(0, 100), observe(ready=0, queue=0.0), 0),
     ],
 )
 def test_it_decides_like_the_baselines_it_models(case, policy, observation, expected):
@@ -83,3 +85,12 @@ def test_it_makes_the_oracle_cheaper_than_static_at_peak_and_meet_the_slo(traces
     assert static.slo_attainment >= config.slo_objective
     assert oracle.slo_attainment >= config.slo_objective
     assert oracle.cost_usd <= static.cost_usd
+
+
+@pytest.mark.parametrize("policy", ["keda-queue", "headroom"])
+def test_it_scales_a_pool_up_from_zero_replicas(traces_dir, policy):
+    # min replicas 0: the pool starts at zero; the queue and the arriving requests must bring it up.
+    workload = load_trace(traces_dir / "AzureLLMInferenceTrace_conv.csv")
+    result = simulate(workload, SimConfig(min_replicas=0), policy)
+    assert result.served == result.requests and result.slo_attainment > 0.75
+    assert result.cold_starts >= 1

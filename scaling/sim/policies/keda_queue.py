@@ -1,7 +1,8 @@
 """`keda-queue`: KEDA scaling on queue depth (vllm:num_requests_waiting), 5 per replica.
 
 KEDA polls the metric every 30 s and serves the cached value to the HPA, which syncs every 15 s
-and applies its default behaviour (AverageValue external metric: ceil(total / target)).
+and applies its default behaviour (AverageValue external metric: ceil(total / target)). At zero
+replicas KEDA itself activates the pool (0 -> 1) when the queue is above 0.
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ class KedaQueuePolicy:
             state.polled_at, state.queue_depth = now, observation.queue_depth
         current = observation.desired_replicas
         if current == 0:
-            return self.min_replicas
+            # KEDA's activation: from zero to one replica once the metric is above its activation
+            # threshold (0); the HPA takes over from there (it cannot scale from zero itself).
+            return max(self.min_replicas, 1) if state.queue_depth > 0 else self.min_replicas
         ratio = state.queue_depth / (self.target_queue_per_replica * current)
         return stabilise(now, current, proposal(current, ratio), state.hpa, self.behavior, self.min_replicas, self.max_replicas)
