@@ -39,8 +39,10 @@ class ApprovalPolicy:
     """Who may approve what, and what is approved without a person (per pool)."""
 
     expiry_minutes: int = 10
-    # Scale-ups adding at least this many replicas need a second person (no self-approval); None: off.
+    # Changes of at least this many replicas, up or down, need a second person (no self-approval);
+    # None: off. A person's own approved changes to the pool within the window count together.
     two_person_min_delta: int | None = None
+    two_person_window_minutes: int = 60
     auto_approve_off_hours: bool = True
     auto_approve_reactive: bool = True
     # Reactive scale-ups are auto-approved only up to this many added replicas (the guardrail).
@@ -71,6 +73,8 @@ def parse_approval_policy(raw: Any) -> ApprovalPolicy:
             values[key] = value
     if values.get("expiry_minutes", defaults.expiry_minutes) > 24 * 60:
         raise ValueError("expiry_minutes must be at most 1440 (a day)")
+    if values.get("two_person_window_minutes", defaults.two_person_window_minutes) > 7 * 24 * 60:
+        raise ValueError("two_person_window_minutes must be at most 10080 (a week)")
     return ApprovalPolicy(**values)
 
 

@@ -175,13 +175,23 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)
 PROMETHEUS_TIMEOUT_S = env_int("PROMETHEUS_TIMEOUT_S", 5, minimum=1)
+# All of one tick's queries to a cluster's Prometheus together; must leave room in the 15-s tick.
+PROMETHEUS_DEADLINE_S = env_int("PROMETHEUS_DEADLINE_S", 10, minimum=1)
+if PROMETHEUS_DEADLINE_S > 12:
+    raise ImproperlyConfigured("PROMETHEUS_DEADLINE_S must be at most 12 (the tick runs every 15 s).")
 KUBERNETES_ENABLED = env_bool("KUBERNETES_ENABLED", False)
 KUBERNETES_TIMEOUT_S = env_int("KUBERNETES_TIMEOUT_S", 10, minimum=1)
 # An execution not finished by then is resumed by the next tick (the worker is presumed dead).
 EXECUTION_LEASE_S = env_int("EXECUTION_LEASE_S", 120, minimum=10)
 # Give up tracking replicas to Ready after this long (the proposal fails with the reason).
 READY_TIMEOUT_S = env_int("READY_TIMEOUT_S", 900, minimum=60)
-EXECUTION_MAX_ATTEMPTS = env_int("EXECUTION_MAX_ATTEMPTS", 5, minimum=1)
+# Transient failures (timeouts, 5xx, 409s past the retries) are retried with a doubling backoff
+# from 5 s, capped at 2 minutes, jittered; 8 attempts ride out about 5 minutes of API trouble.
+EXECUTION_MAX_ATTEMPTS = env_int("EXECUTION_MAX_ATTEMPTS", 8, minimum=1)
+# One tick per cluster at a time: a worker holds the cluster's tick lease this long at most.
+TICK_LEASE_S = env_int("TICK_LEASE_S", 60, minimum=15)
+# Where the files named by a cluster's credentials_ref (token:NAME, kubeconfig:NAME) are mounted.
+KUBE_CREDENTIALS_DIR = env_str("KUBE_CREDENTIALS_DIR", "/var/run/headroom/credentials")
 SLACK_ENABLED = env_bool("SLACK_ENABLED", False)
 SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET", "")
 if SLACK_ENABLED and not SLACK_SIGNING_SECRET:

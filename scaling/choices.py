@@ -19,6 +19,8 @@ class ProposalState(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     EXPIRED = "expired", "Expired"
     SUPERSEDED = "superseded", "Superseded"
+    # The cluster moved between the decision and the write: the change no longer goes the approved way.
+    STALE = "stale", "Stale (the cluster changed)"
 
 
 ACTIVE_STATES = frozenset({ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING})
@@ -29,9 +31,19 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     ProposalState.PENDING: frozenset(
         {ProposalState.APPROVED, ProposalState.REJECTED, ProposalState.EXPIRED, ProposalState.SUPERSEDED}
     ),
-    ProposalState.APPROVED: frozenset({ProposalState.EXECUTING}),
-    ProposalState.EXECUTING: frozenset({ProposalState.SUCCEEDED, ProposalState.FAILED}),
+    # An approved proposal not yet taken for execution is superseded by a newer decision, like a pending one.
+    ProposalState.APPROVED: frozenset({ProposalState.EXECUTING, ProposalState.SUPERSEDED}),
+    ProposalState.EXECUTING: frozenset({ProposalState.SUCCEEDED, ProposalState.FAILED, ProposalState.STALE}),
 }
+
+
+# Proposals for a forecast (pre-scales) and proposals for what the pool needs now are decided apart:
+# a pre-scale waiting for a person never blocks the reactive safety net, and each supersedes only its own kind.
+PRESCALE_TRACK = frozenset({ProposalKind.PRESCALE})
+
+
+def same_track(kind_a: str, kind_b: str) -> bool:
+    return (kind_a in PRESCALE_TRACK) == (kind_b in PRESCALE_TRACK)
 
 
 def can_move(source: str, target: str) -> bool:

@@ -4,12 +4,17 @@
 cluster's Prometheus (one batched query per signal per cluster), forecasts the request rate from
 the stored history, runs the pure planner with its persisted memory, and turns the answer into
 proposals (which policy may approve at once). It is what the Celery beat runs every 15 s and what
-`manage.py tick` runs by hand. A second worker running the same tick creates nothing twice: the
-proposals carry an idempotency key per pool, kind, target and minute.
+`manage.py tick` runs by hand. A cluster is ticked by one worker at a time (its `TickLease`); a
+second worker skips it and says so. One pool's failure is recorded for that pool and the others
+are still planned. The proposals also carry an idempotency key per pool, kind, target and minute.
 """
 from __future__ import annotations
 
+import logging
 import math
+import os
+import socket
+import traceback
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,14 +22,15 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from scaling import services
-from scaling.choices import ACTIVE_STATES, ProposalKind, ProposalState
+from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
 from scaling.drivers.registry import cluster_driver, workload_of
@@ -35,7 +41,9 @@ from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerSt
 from scaling.engine.queue_depth import QueueDepthPolicy
 from scaling.engine.rate_series import from_values
 from scaling.engine.signals import PoolSignals, Reading
-from scaling.models import PlannerMemory, Proposal, SignalSample
+from scaling.models import PlannerMemory, Proposal, SignalSample, TickLease
+
+logger = logging.getLogger(__name__)
 
 FORECAST_BIN_S = 60.0  # samples are averaged into 1-minute bins before forecasting
 RECENT_HISTORY = timedelta(hours=2)  # the lead-time forecast reads the last 2 hours
@@ -43,6 +51,7 @@ SEASONAL_BIN_S = 600.0  # the 30-minute forecast reads 10-minute bins over up to
 SEASONAL_HISTORY = timedelta(days=8)
 SEASONAL_EVERY = timedelta(minutes=5)
 SAMPLE_RETENTION = timedelta(days=9)
+DEFAULT_COLD_START_S = 90.0  # a pool's cold start until one is measured (design.md §2: 45-90 s)
 
 # Which planner term becomes which kind of proposal.
 KIND_BY_BINDING = {
@@ -67,6 +76,7 @@ class TickReport:
     pools: list[PoolTick]
     errors: dict[str, str]
     expired: int
+    skipped: dict[str, str] = field(default_factory=dict)  # cluster -> why this worker did not tick it
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,7 +88,8 @@ class TickReport:
 def _signal_source(cluster: Cluster) -> PrometheusSignalSource | None:
     if not settings.PROMETHEUS_ENABLED or not cluster.prometheus_url:
         return None
-    return PrometheusSignalSource(PrometheusConfig(cluster.prometheus_url, timeout_s=settings.PROMETHEUS_TIMEOUT_S))
+    return PrometheusSignalSource(PrometheusConfig(cluster.prometheus_url, timeout_s=settings.PROMETHEUS_TIMEOUT_S,
+                                                   deadline_s=settings.PROMETHEUS_DEADLINE_S))
 
 
 def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[dict[int, PoolSignals], dict[str, str]]:
@@ -90,16 +101,19 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
         read = source.read([PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools])
         signals.update({int(key): value for key, value in read.pools.items()})
         errors.update({f"{cluster.name}: prometheus {name}": error for name, error in read.errors.items()})
+    unknown = {"ready_replicas": Reading(), "desired_replicas": Reading(), "arriving_replicas": Reading()}
     try:
         driver = cluster_driver(cluster)
     except DriverError as exc:
         errors[f"{cluster.name}: kubernetes"] = str(exc)
-        return signals, errors
+        # Without the cluster's word no replica count is known, whatever Prometheus sees.
+        return {key: replace(value, **unknown) for key, value in signals.items()}, errors
     for pool in pools:
         try:
             status = driver.status(workload_of(pool))
-        except DriverError as exc:
-            errors[f"{pool}: kubernetes"] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failed read: this pool's replicas are unknown
+            errors[f"{pool}: kubernetes"] = str(exc) if isinstance(exc, DriverError) else f"{type(exc).__name__}: {exc}"
+            signals[pool.pk] = replace(signals[pool.pk], **unknown)
             continue
         services.record_status(pool, status.desired, status.ready, now)
         fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731 - read just now
@@ -154,7 +168,8 @@ def pool_plan(pool: Pool) -> PoolPlan:
         max_replicas=pool.max_replicas,
         slo_latency_s=slo_latency_s,
         unloaded_latency_s=min(0.2, slo_latency_s / 2),
-        cold_start_p95_s=pool.cold_start_p95_s or 90.0,
+        # Unmeasured is the default lead, never 0 s (a measured 0 would be a broken sample, not a fast pool).
+        cold_start_p95_s=pool.cold_start_p95_s if pool.cold_start_p95_s else DEFAULT_COLD_START_S,
         decision_delay_s=30.0,
         warm_pool_fraction=pool.warm_pool_fraction,
         queue=QueueDepthPolicy(target_waiting_per_replica=pool.target_queue_per_replica,
@@ -242,10 +257,11 @@ def arriving_ready_in(pool: Pool, signals: PoolSignals, plan: PoolPlan, now: dat
     return (remaining,) * arriving
 
 
-def approved_floor(pool: Pool) -> int:
-    """An approved pre-scale still being carried out holds its target as a floor."""
-    active = Proposal.objects.filter(pool=pool, kind=ProposalKind.PRESCALE,
-                                     state__in=[ProposalState.APPROVED, ProposalState.EXECUTING])
+def approved_floor(pool: Pool, now: datetime) -> int:
+    """An approved pre-scale holds its target as a floor for the forecast window it was approved for."""
+    active = Proposal.objects.filter(pool=pool, kind=ProposalKind.PRESCALE, state__in=services.APPROVED_STATES) \
+        .filter(Q(floor_until__gt=now) | Q(floor_until__isnull=True, state__in=[ProposalState.APPROVED,
+                                                                                ProposalState.EXECUTING]))
     return max(active.values_list("target_replicas", flat=True), default=0)
 
 
@@ -307,10 +323,14 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
     target = max(pool.min_replicas, min(pool.max_replicas, target))
     if current is None or target == current:
         return []
-    active = Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES)
-    if active.filter(target_replicas=target).exists() or (
-        kind == ProposalKind.PRESCALE and active.filter(kind=kind, target_replicas__gte=target).exists()
-    ):
+    # Only proposals of the same track answer this decision: a pre-scale waiting for a person
+    # never stands in for the reactive safety net, nor the other way round.
+    if kind in PRESCALE_TRACK:
+        track = Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES, kind__in=PRESCALE_TRACK)
+        if track.filter(target_replicas__gte=target).exists():
+            return []
+    elif Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES, target_replicas=target) \
+            .exclude(kind__in=PRESCALE_TRACK).exists():
         return []
     reasons = _reason_list(decision)
     if decision.prescale is not None:
@@ -318,10 +338,11 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
         reasons.insert(0, {"code": planner.PRESCALE, "detail": (
             f"forecast peak {p.forecast_peak_rps:.2f} req/s is {p.ratio:.1f}x the current {p.current_rps:.2f} req/s "
             f"within {p.horizon_s / 60:.0f} min: warm pool {p.warm_pool_replicas} + 50 % buffer")})
-    key = f"loop:{pool.pk}:{kind}:{target}:{now:%Y%m%d%H%M}"
+    key = services.loop_idempotency_key(pool, kind, target, now)
+    floor_until = now + timedelta(seconds=decision.prescale.horizon_s) if decision.prescale is not None else None
     try:
         proposal = services.propose(pool, target, kind, auto, current=current, reasons=reasons, signals=signals,
-                                    evidence=evidence, idempotency_key=key, now=now)
+                                    evidence=evidence, idempotency_key=key, floor_until=floor_until, now=now)
     except services.InvalidProposal as exc:
         return [f"no proposal: {exc}"]
     return [f"proposal #{proposal.pk} {kind} {current} → {target}: {proposal.state}"]
@@ -343,13 +364,14 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
             now_s=now.timestamp(), signals=signals,
             arriving_ready_in_s=arriving_ready_in(pool, signals, plan, now),
             forecast_lead=lead, forecast_peak=peak, windows=schedule_windows(pool, plan, now),
-            approved_floor=approved_floor(pool),
+            approved_floor=approved_floor(pool, now),
             recent_peak_rps=float(finite_recent[-30:].max()) if finite_recent.size else None,
         )
         decision = planner.plan(inputs, plan, state)
         memory.state = decision.state.to_dict()
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
         memory.last_signals = _signals_dict(signals)
+        memory.last_error, memory.last_error_at = "", None
         memory.save()
         SignalSample.objects.create(
             pool=pool, at=now, request_rate_rps=rate.value if rate.is_known else None,
@@ -366,22 +388,72 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
     return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
 
 
-def tick(pools: list[Pool] | None = None, now: datetime | None = None) -> TickReport:
-    """One loop iteration over the given pools (all pools by default)."""
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def acquire_cluster(cluster: Cluster, holder: str, now: datetime) -> bool:
+    """Take the cluster's tick lease (free, expired, or already ours); False when another worker holds it."""
+    try:
+        TickLease.objects.get_or_create(cluster=cluster, defaults={"holder": "", "until": now})
+    except IntegrityError:
+        pass  # another worker created it in between: the conditional update below decides
+    taken = TickLease.objects.filter(cluster=cluster).filter(Q(until__lte=now) | Q(holder=holder)) \
+        .update(holder=holder, until=now + timedelta(seconds=settings.TICK_LEASE_S))
+    return taken == 1
+
+
+def release_cluster(cluster: Cluster, holder: str, now: datetime) -> None:
+    TickLease.objects.filter(cluster=cluster, holder=holder).update(until=now)
+
+
+def _record_pool_error(pool: Pool, error: Exception, now: datetime) -> str:
+    message = f"{type(error).__name__}: {error}"[:500]
+    logger.error("tick failed for pool %s: %s\n%s", pool, message, "".join(traceback.format_exception(error)))
+    PlannerMemory.objects.update_or_create(pool=pool, defaults={"last_error": message, "last_error_at": now})
+    return message
+
+
+def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime) -> tuple[list[PoolTick], dict[str, str]]:
+    """Read the cluster once, then plan each pool on its own: one pool's exception is that pool's."""
+    try:
+        signals, errors = read_cluster(cluster, cluster_pools, now)
+        errors.update(backfill_history(cluster, cluster_pools, now))
+    except Exception as exc:  # noqa: BLE001 - a read that broke leaves every signal unknown: the pools hold
+        logger.exception("reading cluster %s failed", cluster.name)
+        signals, errors = {}, {f"{cluster.name}: read": f"{type(exc).__name__}: {exc}"}
+    reports = []
+    for pool in cluster_pools:
+        try:
+            reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now))
+        except Exception as exc:  # noqa: BLE001 - recorded for this pool; the others are still planned
+            errors[f"{pool}: tick"] = _record_pool_error(pool, exc, now)
+    return reports, errors
+
+
+def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: str | None = None) -> TickReport:
+    """One loop iteration over the given pools (all pools by default), one cluster at a time."""
     now = now or timezone.now()
+    holder = holder or _holder()
     pools = pools if pools is not None else list(
         Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules"))
     by_cluster: dict[int, list[Pool]] = {}
     for pool in pools:
         by_cluster.setdefault(pool.cluster_id, []).append(pool)
-    reports, errors = [], {}
+    reports, errors, skipped = [], {}, {}
     for cluster_pools in by_cluster.values():
-        signals, cluster_errors = read_cluster(cluster_pools[0].cluster, cluster_pools, now)
+        cluster = cluster_pools[0].cluster
+        if not acquire_cluster(cluster, holder, now):
+            lease = TickLease.objects.get(cluster=cluster)
+            skipped[cluster.name] = f"another worker ({lease.holder}) is ticking it until {lease.until:%H:%M:%S} UTC"
+            logger.info("skipping cluster %s: %s", cluster.name, skipped[cluster.name])
+            continue
+        try:
+            cluster_reports, cluster_errors = tick_cluster(cluster, cluster_pools, now)
+        finally:
+            release_cluster(cluster, holder, now)
+        reports += cluster_reports
         errors.update(cluster_errors)
-        errors.update(backfill_history(cluster_pools[0].cluster, cluster_pools, now))
-        for pool in cluster_pools:
-            reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now))
     expired = services.expire_due(now)
     SignalSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
-    return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired)
-
+    return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired, skipped=skipped)

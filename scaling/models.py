@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from controlplane.choices import Channel
-from controlplane.models import Pool
+from controlplane.models import Cluster, Pool
 from scaling.choices import ProposalKind, ProposalState
 
 
@@ -18,12 +18,17 @@ class Proposal(models.Model):
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="proposals")
     kind = models.CharField(max_length=16, choices=ProposalKind.choices)
     state = models.CharField(max_length=16, choices=ProposalState.choices, default=ProposalState.PENDING)
+    # The premise: the replica count the change was decided against. Execution writes only while the
+    # live count still lets the change go this way (scaling.drivers.cluster.ScalePremise).
     current_replicas = models.PositiveIntegerField(help_text="Replicas when proposed (desired, as the cluster said).")
     target_replicas = models.PositiveIntegerField()
     reasons = models.JSONField(default=list, blank=True, help_text="[{code, detail}] from the planner or a person.")
     signals = models.JSONField(default=dict, blank=True, help_text="The signal snapshot that justified it.")
     evidence = models.JSONField(default=dict, blank=True, help_text="Forecast and capacity series for the chart.")
-    idempotency_key = models.CharField(max_length=100, unique=True)
+    idempotency_key = models.CharField(max_length=100)  # unique per pool (see Meta)
+    # An approved pre-scale holds its target as the planner's floor until the forecast window it was
+    # decided for has passed, whether or not its execution already finished.
+    floor_until = models.DateTimeField(null=True, blank=True)
 
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -40,8 +45,11 @@ class Proposal(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     execution_started_at = models.DateTimeField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True, help_text="When the cluster accepted the new replicas.")
+    applied_from_replicas = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Replicas the cluster ran just before this proposal's write (null: it wrote nothing).")
     finished_at = models.DateTimeField(null=True, blank=True)
-    # A worker holds an execution until this time; past it, the next tick may resume it.
+    # A worker holds an execution until this time; past it, the next tick may resume it. After a
+    # transient failure it is the earliest time of the next attempt (the backoff).
     lease_until = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
@@ -50,10 +58,18 @@ class Proposal(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
-            # At most one proposal per pool waits for approval; a newer one supersedes it.
+            # At most one proposal per pool and track waits for approval; a newer one supersedes it.
+            # Pre-scales are a track of their own, so a pending one never blocks the reactive safety net.
             models.UniqueConstraint(
-                fields=["pool"], condition=Q(state=ProposalState.PENDING), name="proposal_one_pending_per_pool"
+                fields=["pool"], condition=Q(state=ProposalState.PENDING) & ~Q(kind=ProposalKind.PRESCALE),
+                name="proposal_one_pending_per_pool",
             ),
+            models.UniqueConstraint(
+                fields=["pool"], condition=Q(state=ProposalState.PENDING) & Q(kind=ProposalKind.PRESCALE),
+                name="proposal_one_pending_prescale_per_pool",
+            ),
+            # A caller's key means one request per pool; another pool (another team) may use the same key.
+            models.UniqueConstraint(fields=["pool", "idempotency_key"], name="proposal_idempotency_key_per_pool"),
             models.CheckConstraint(condition=~Q(current_replicas=models.F("target_replicas")) | Q(kind="manual"),
                                    name="proposal_changes_something"),
         ]
@@ -133,7 +149,22 @@ class PlannerMemory(models.Model):
     seasonal_forecast = models.JSONField(default=dict, blank=True)  # refreshed every few minutes
     # Set once the pool's past request rate was read from Prometheus, so forecasts start from history.
     history_backfilled_at = models.DateTimeField(null=True, blank=True)
+    # The last tick that failed for this pool (the others were still planned); cleared by a good tick.
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class TickLease(models.Model):
+    """One tick per cluster at a time: the worker named here holds the cluster until `until`.
+
+    A row and a conditional UPDATE rather than a Redis lock, so the embedded demo (SQLite, no
+    Redis) and production share the rule; a holder that died frees the cluster when `until` passes.
+    """
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="tick_lease", primary_key=True)
+    holder = models.CharField(max_length=100, blank=True)
+    until = models.DateTimeField()
 
 
 class SignalSample(models.Model):

@@ -6,25 +6,40 @@ Celery tasks only call these.
 """
 from __future__ import annotations
 
+import logging
+import random
+import secrets
 import statistics
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.choices import Channel, Role
 from controlplane.errors import ServiceError
 from controlplane.models import Pool
-from scaling.choices import ProposalKind, ProposalState, can_move
-from scaling.drivers.cluster import ClusterDriver, DriverError
+from scaling.choices import ProposalKind, ProposalState, can_move, same_track
+from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ScalePremise
 from scaling.drivers.registry import cluster_driver, workload_of
-from scaling.models import ColdStart, PoolStatus, Proposal, ProposalEvent
+from scaling.engine.planner import PlannerState, record_scale_event
+from scaling.models import ColdStart, PlannerMemory, PoolStatus, Proposal, ProposalEvent
+
+logger = logging.getLogger(__name__)
 
 COLD_START_SAMPLES = 20  # the pool's p50/p95 come from this many latest measurements
+# No model loads faster: a Ready transition this soon after the write is a pod that was already starting.
+COLD_START_FLOOR_S = 0.25
+# The control loop's own idempotency keys; callers cannot use the prefix, so they cannot pre-empt them.
+LOOP_KEY_PREFIX = "loop:"
+# Transient execution failures are retried with this backoff (doubling, capped, jittered).
+RETRY_BASE_S = 5.0
+RETRY_CAP_S = 120.0
+# A person's self-approved changes to one pool add up over this window for the two-person rule.
+APPROVED_STATES = (ProposalState.APPROVED, ProposalState.EXECUTING, ProposalState.SUCCEEDED)
 
 
 class ProposalError(ServiceError):
@@ -87,6 +102,27 @@ def current_replicas(pool: Pool) -> int:
     return status.desired_replicas if status else pool.min_replicas
 
 
+def loop_idempotency_key(pool: Pool, kind: str, target: int, now: datetime) -> str:
+    """The control loop's key for one decision: one proposal per pool, kind, target and minute."""
+    return f"{LOOP_KEY_PREFIX}{pool.pk}:{kind}:{target}:{now:%Y%m%d%H%M}"
+
+
+def check_caller_key(key: str) -> None:
+    """Callers choose their own keys, but not in the loop's space (they could pre-empt its proposals)."""
+    if key.startswith(LOOP_KEY_PREFIX):
+        raise InvalidProposal("idempotency_key", f"Keys starting with '{LOOP_KEY_PREFIX}' are reserved for the control loop.")
+
+
+def _replay(pool: Pool, key: str, target: int, kind: str) -> Proposal | None:
+    """The proposal an idempotency key already made for this pool; 409 when the key asked for something else."""
+    existing = Proposal.objects.filter(pool=pool, idempotency_key=key).first()
+    if existing is not None and (existing.target_replicas, existing.kind) != (target, kind):
+        raise ProposalConflict(existing, (
+            f"The idempotency key '{key}' was used for proposal #{existing.pk} ({existing.kind}, "
+            f"{existing.target_replicas} replicas); use a new key for a different change."))
+    return existing
+
+
 def propose(
     pool: Pool,
     target_replicas: int,
@@ -98,17 +134,18 @@ def propose(
     signals: dict[str, Any] | None = None,
     evidence: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
+    floor_until: datetime | None = None,
     now: datetime | None = None,
 ) -> Proposal:
-    """Create a proposal (superseding the pool's pending one) and auto-approve it if policy allows.
+    """Create a proposal and auto-approve it if policy allows.
 
-    With an `idempotency_key` already used, returns that proposal unchanged.
+    It supersedes the pool's older proposals of its track (pre-scales, or everything else) that
+    wait for a person or for execution. With an `idempotency_key` already used for this pool,
+    returns that proposal unchanged (409 if the key asked for a different change).
     """
     now = now or timezone.now()
-    if idempotency_key:
-        existing = Proposal.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return existing
+    if idempotency_key and (existing := _replay(pool, idempotency_key, target_replicas, kind)):
+        return existing
     if not pool.min_replicas <= target_replicas <= pool.max_replicas:
         raise InvalidProposal(
             "target_replicas",
@@ -122,55 +159,93 @@ def propose(
     try:
         with transaction.atomic():
             Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one proposer per pool at a time
-            for older in Proposal.objects.select_for_update().filter(pool=pool, state=ProposalState.PENDING):
-                _transition(older, ProposalState.SUPERSEDED, actor, "a newer proposal replaced it")
+            waiting = Proposal.objects.select_for_update().filter(
+                pool=pool, state__in=[ProposalState.PENDING, ProposalState.APPROVED])
+            for older in waiting:
+                if same_track(older.kind, kind):
+                    _transition(older, ProposalState.SUPERSEDED, actor, "a newer proposal replaced it")
             proposal = Proposal.objects.create(
                 pool=pool, kind=kind, current_replicas=current, target_replicas=target_replicas,
                 reasons=reasons or [], signals=signals or {}, evidence=evidence or {},
-                idempotency_key=idempotency_key or uuid.uuid4().hex,
+                idempotency_key=idempotency_key or secrets.token_hex(16),
                 requested_by=actor.user, requested_channel=actor.channel,
-                expires_at=now + timedelta(minutes=policy.expiry_minutes),
+                expires_at=now + timedelta(minutes=policy.expiry_minutes), floor_until=floor_until,
             )
             _event(proposal, "", actor)
             core.record(actor, "propose", proposal, team=pool.team)
     except IntegrityError:
         # A concurrent proposer with the same key won; answer with its proposal.
-        if idempotency_key and (existing := Proposal.objects.filter(idempotency_key=idempotency_key).first()):
+        if idempotency_key and (existing := _replay(pool, idempotency_key, target_replicas, kind)):
             return existing
         raise
     reason = auto_approval_reason(proposal, now)
     if reason:
-        approve(proposal.pk, core.Actor(user=None, channel=Channel.AUTO), comment=reason)
+        approve(proposal.pk, core.Actor(user=None, channel=Channel.AUTO), comment=reason, now=now)
         proposal.refresh_from_db()
     return proposal
 
 
+def _by_the_planner(proposal: Proposal) -> bool:
+    return proposal.requested_by_id is None and proposal.requested_channel == Channel.AUTO
+
+
 def auto_approval_reason(proposal: Proposal, now: datetime) -> str:
-    """Why policy approves this proposal without a person, or '' when a person must."""
+    """Why policy approves this proposal without a person, or '' when a person must.
+
+    Reactive scale-ups inside the guardrail and off-hours changes are the planner's own proposals;
+    a person's proposal is approved off-hours only while it stays under the two-person threshold
+    (counting that person's other self-approved changes to the pool within the window).
+    """
     policy = proposal.pool.approval
     cluster = proposal.pool.cluster
-    if policy.auto_approve_reactive and proposal.kind == ProposalKind.REACTIVE and 0 < proposal.delta <= policy.reactive_max_step:
+    planner_made = _by_the_planner(proposal)
+    if (planner_made and policy.auto_approve_reactive and proposal.kind == ProposalKind.REACTIVE
+            and 0 < proposal.delta <= policy.reactive_max_step):
         return f"reactive scale-up of {proposal.delta} within the guardrail of {policy.reactive_max_step}"
-    if policy.auto_approve_off_hours and cluster.off_hours_windows:
-        local = now.astimezone(cluster.tz)
-        if any(window.contains(local.weekday(), local.time()) for window in cluster.off_hours_windows):
-            return f"inside the off-hours window of {cluster.name} ({local:%a %H:%M} {cluster.time_zone})"
+    if not (policy.auto_approve_off_hours and cluster.off_hours_windows):
+        return ""
+    if not planner_made and _needs_second_person(proposal, proposal.requested_by, now):
+        return ""
+    local = now.astimezone(cluster.tz)
+    if any(window.contains(local.weekday(), local.time()) for window in cluster.off_hours_windows):
+        return f"inside the off-hours window of {cluster.name} ({local:%a %H:%M} {cluster.time_zone})"
     return ""
 
 
 # --- deciding ----------------------------------------------------------------------------------
 
 
-def _check_may_decide(proposal: Proposal, actor: core.Actor) -> None:
+def _net_change_by(proposal: Proposal, user: Any, now: datetime) -> int:
+    """This change plus the user's own changes to the pool, requested and approved by them (or by
+    policy) within the two-person window: small steps add up to one large change."""
+    window = timedelta(minutes=proposal.pool.approval.two_person_window_minutes)
+    earlier = Proposal.objects.filter(
+        pool=proposal.pool, requested_by=user, state__in=APPROVED_STATES, decided_at__gte=now - window,
+    ).exclude(pk=proposal.pk).filter(Q(decided_by=user) | Q(decided_channel=Channel.AUTO))
+    return proposal.delta + sum(p.delta for p in earlier)
+
+
+def _needs_second_person(proposal: Proposal, user: Any, now: datetime) -> str:
+    """Why `user` may not approve this alone ('' when they may)."""
+    threshold = proposal.pool.approval.two_person_min_delta
+    if threshold is None or user is None or proposal.requested_by_id != user.pk:
+        return ""
+    net = _net_change_by(proposal, user, now)
+    if abs(net) < threshold:
+        return ""
+    if net != proposal.delta:
+        return (f"With your other changes to this pool in the last {proposal.pool.approval.two_person_window_minutes} "
+                f"minutes this makes {net:+d} replicas: you requested it, someone else approves.")
+    return f"A change of {proposal.delta:+d} replicas needs a second person: you requested it, someone else approves."
+
+
+def _check_may_decide(proposal: Proposal, actor: core.Actor, now: datetime) -> None:
     if actor.channel == Channel.AUTO:
         return
     if actor.user is None or not core.has_role(actor.user, proposal.pool.team, Role.OPERATOR):
         raise ProposalForbidden(f"Approving needs the operator role in team {proposal.pool.team}.")
-    threshold = proposal.pool.approval.two_person_min_delta
-    if threshold is not None and proposal.delta >= threshold and proposal.requested_by_id == actor.user.pk:
-        raise ProposalForbidden(
-            f"A change of {proposal.delta} replicas needs a second person: you requested it, someone else approves."
-        )
+    if reason := _needs_second_person(proposal, actor.user, now):
+        raise ProposalForbidden(reason)
 
 
 def approve(proposal_id: int, actor: core.Actor, comment: str = "", now: datetime | None = None) -> Proposal:
@@ -178,7 +253,7 @@ def approve(proposal_id: int, actor: core.Actor, comment: str = "", now: datetim
     now = now or timezone.now()
     with transaction.atomic():
         proposal = _locked(proposal_id)
-        _check_may_decide(proposal, actor)
+        _check_may_decide(proposal, actor, now)
         expired = proposal.state == ProposalState.PENDING and proposal.expires_at <= now
         if expired:
             # Recorded (committed) before refusing, so the next reader sees it expired too.
@@ -189,7 +264,8 @@ def approve(proposal_id: int, actor: core.Actor, comment: str = "", now: datetim
             proposal.decided_by, proposal.decided_channel = actor.user, actor.channel
             proposal.decided_at, proposal.decision_comment = now, comment
             _transition(proposal, ProposalState.APPROVED, actor, comment)
-            transaction.on_commit(lambda: _enqueue_execution(proposal.pk))
+            # robust: a broker that is down must not undo the approval; advance_executions picks it up.
+            transaction.on_commit(lambda: _enqueue_execution(proposal.pk), robust=True)
     if expired:
         raise ProposalConflict(proposal, f"Proposal #{proposal.pk} expired at {proposal.expires_at:%H:%M:%S} UTC.")
     return proposal
@@ -199,7 +275,7 @@ def reject(proposal_id: int, actor: core.Actor, comment: str = "", now: datetime
     now = now or timezone.now()
     with transaction.atomic():
         proposal = _locked(proposal_id)
-        _check_may_decide(proposal, actor)
+        _check_may_decide(proposal, actor, now)
         if proposal.state != ProposalState.PENDING:
             raise ProposalConflict(proposal, f"Proposal #{proposal.pk} is already {proposal.state}.")
         proposal.decided_by, proposal.decided_channel = actor.user, actor.channel
@@ -227,11 +303,22 @@ def expire_due(now: datetime | None = None) -> int:
 def _enqueue_execution(proposal_id: int) -> None:
     from scaling import tasks  # tasks import services; import here to keep the graph one-way
 
-    tasks.execute_proposal.delay(proposal_id)
+    try:
+        tasks.execute_proposal.delay(proposal_id)
+    except Exception:  # noqa: BLE001 - any broker failure; the proposal stays approved and is picked up
+        logger.warning("could not queue the execution of proposal #%s; advance_executions will run it",
+                       proposal_id, exc_info=True)
+
+
+def _note(proposal: Proposal, comment: str, **data: Any) -> None:
+    """An event that changes no state: an attempt, a retry, a write confirmed."""
+    auto = core.Actor(None, Channel.AUTO)
+    ProposalEvent.objects.create(proposal=proposal, from_state=proposal.state, to_state=proposal.state,
+                                 actor_name=auto.name, channel=auto.channel, comment=comment, data=data)
 
 
 def claim_execution(proposal_id: int, now: datetime | None = None) -> Proposal | None:
-    """Take an approved proposal (or one whose worker died before applying it) for execution.
+    """Take an approved proposal (or one whose worker died or whose backoff passed) for execution.
 
     Returns None when another worker holds it or it needs no execution: safe to call twice.
     """
@@ -254,60 +341,107 @@ def claim_execution(proposal_id: int, now: datetime | None = None) -> Proposal |
             proposal.lease_until = lease
             proposal.attempts += 1
             proposal.save(update_fields=["lease_until", "attempts"])
-            ProposalEvent.objects.create(
-                proposal=proposal, from_state=proposal.state, to_state=proposal.state, actor_name=auto.name,
-                channel=auto.channel, comment="resumed after the previous attempt stopped", data={"attempt": proposal.attempts},
-            )
+            _note(proposal, "resumed after the previous attempt stopped", attempt=proposal.attempts)
             return proposal
     return None
 
 
-def apply_change(proposal: Proposal, driver: ClusterDriver, now: datetime | None = None) -> Proposal:
-    """Write the target replicas to the cluster (idempotent: the driver skips a write already made)."""
+def _record_intent(proposal: Proposal, now: datetime) -> None:
+    """Committed before the call: a write that lands while the worker dies is still on record."""
     auto = core.Actor(None, Channel.AUTO)
+    with transaction.atomic():
+        _note(proposal, f"writing {proposal.target_replicas} replicas (attempt {proposal.attempts})",
+              attempt=proposal.attempts, target=proposal.target_replicas, decided_from=proposal.current_replicas)
+        core.record(auto, "scale-intent", proposal, after={
+            "target": proposal.target_replicas, "decided_from": proposal.current_replicas, "attempt": proposal.attempts,
+            "at": now.isoformat()}, team=proposal.pool.team)
+
+
+def apply_change(proposal: Proposal, driver: ClusterDriver, now: datetime | None = None) -> Proposal:
+    """Write the target replicas if the premise still holds (idempotent: a write already made is not repeated)."""
+    now = now or timezone.now()
+    _record_intent(proposal, now)
+    premise = ScalePremise(decided_from=proposal.current_replicas, target=proposal.target_replicas)
     try:
-        outcome = driver.scale(workload_of(proposal.pool), proposal.target_replicas)
-    except DriverError as exc:
-        return _record_failure(proposal, exc)
+        outcome = driver.scale(workload_of(proposal.pool), proposal.target_replicas, premise)
+    except PremiseChanged as exc:
+        return _record_stale(proposal, exc, now)
+    except Exception as exc:  # noqa: BLE001 - whatever broke, it is recorded and counted as an attempt
+        return _record_failure(proposal, exc, now)
+    auto = core.Actor(None, Channel.AUTO)
     with transaction.atomic():
         locked = _locked(proposal.pk)
         if locked.state == ProposalState.EXECUTING and locked.applied_at is None:
-            locked.applied_at = now or timezone.now()
+            locked.applied_at = now
+            locked.applied_from_replicas = outcome.previous if outcome.wrote else None
             locked.last_error = ""
-            locked.save(update_fields=["applied_at", "last_error"])
-            ProposalEvent.objects.create(
-                proposal=locked, from_state=locked.state, to_state=locked.state, actor_name=auto.name,
-                channel=auto.channel,
-                comment=f"cluster accepted {outcome.previous} → {outcome.target} replicas"
-                + ("" if outcome.wrote else " (already applied)"),
-                data={"wrote": outcome.wrote, "conflicts": outcome.conflicts},
-            )
+            locked.save(update_fields=["applied_at", "applied_from_replicas", "last_error"])
+            _note(locked, f"cluster accepted {outcome.previous} → {outcome.target} replicas"
+                  + ("" if outcome.wrote else " (already there: nothing written)"),
+                  wrote=outcome.wrote, conflicts=outcome.conflicts, previous=outcome.previous)
             core.record(auto, "scale", locked, after={"previous": outcome.previous, "target": outcome.target,
                                                        "wrote": outcome.wrote}, team=locked.pool.team)
+            if outcome.wrote:
+                _count_against_rate_limits(locked.pool, now, outcome.target - outcome.previous)
     return locked
 
 
-def _record_failure(proposal: Proposal, exc: DriverError) -> Proposal:
-    """A failed call: permanent, or the last allowed attempt, fails the proposal; else the next tick retries."""
+def _count_against_rate_limits(pool: Pool, at: datetime, change: int) -> None:
+    """The planner's rate limits count what the cluster accepted, when it accepted it."""
+    memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
+    state = PlannerState.from_dict(memory.state) if memory.state else PlannerState()
+    memory.state = record_scale_event(state, at.timestamp(), change).to_dict()
+    memory.save(update_fields=["state", "updated_at"])
+
+
+def _record_stale(proposal: Proposal, exc: PremiseChanged, now: datetime) -> Proposal:
     with transaction.atomic():
         locked = _locked(proposal.pk)
-        locked.last_error = str(exc)
-        if exc.permanent or locked.attempts >= settings.EXECUTION_MAX_ATTEMPTS:
-            locked.finished_at, locked.lease_until = timezone.now(), None
-            _transition(locked, ProposalState.FAILED, core.Actor(None, Channel.AUTO), str(exc))
+        if locked.state != ProposalState.EXECUTING:
+            return locked
+        locked.finished_at, locked.lease_until = now, None
+        locked.last_error = f"stale: {exc}; nothing written"
+        _transition(locked, ProposalState.STALE, core.Actor(None, Channel.AUTO), locked.last_error,
+                    decided_from=locked.current_replicas, target=locked.target_replicas, live=exc.live)
+    return locked
+
+
+def _backoff_s(attempt: int) -> float:
+    """Doubling from RETRY_BASE_S, capped, with jitter so many executions do not retry in step."""
+    return min(RETRY_CAP_S, RETRY_BASE_S * 2 ** max(0, attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+def _record_failure(proposal: Proposal, exc: Exception, now: datetime | None = None) -> Proposal:
+    """Permanent errors, or the last allowed attempt, fail the proposal; else the next try waits for its backoff."""
+    now = now or timezone.now()
+    message = str(exc) if isinstance(exc, DriverError) else f"unexpected {type(exc).__name__}: {exc}"
+    permanent = isinstance(exc, DriverError) and exc.permanent
+    with transaction.atomic():
+        locked = _locked(proposal.pk)
+        if locked.state != ProposalState.EXECUTING:
+            return locked
+        if permanent or locked.attempts >= settings.EXECUTION_MAX_ATTEMPTS:
+            locked.finished_at, locked.lease_until = now, None
+            locked.last_error = message if permanent else (
+                f"{message} (gave up after {locked.attempts} attempts)")
+            _transition(locked, ProposalState.FAILED, core.Actor(None, Channel.AUTO), locked.last_error)
         else:
-            locked.lease_until = None
+            wait = _backoff_s(locked.attempts)
+            locked.lease_until = now + timedelta(seconds=wait)
+            locked.last_error = (f"attempt {locked.attempts} of {settings.EXECUTION_MAX_ATTEMPTS} failed: {message}; "
+                                 f"next try in {wait:.0f} s")
             locked.save(update_fields=["last_error", "lease_until"])
+            _note(locked, locked.last_error, attempt=locked.attempts, retry_in_s=round(wait, 1))
     return locked
 
 
 def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | None = None) -> Proposal:
-    """Follow an applied change until its replicas are Ready; record the measured cold start."""
+    """Follow an applied change until its replicas are Ready; record the cold start of the pods it added."""
     now = now or timezone.now()
     try:
         status = driver.status(workload_of(proposal.pool))
-    except DriverError as exc:
-        Proposal.objects.filter(pk=proposal.pk).update(last_error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - recorded; the next tick looks again
+        Proposal.objects.filter(pk=proposal.pk).update(last_error=f"reading readiness: {exc}")
         return proposal
     record_status(proposal.pool, status.desired, status.ready, now)
     auto = core.Actor(None, Channel.AUTO)
@@ -319,26 +453,39 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
         done = status.desired <= locked.target_replicas if scaling_down else status.ready >= locked.target_replicas
         if done:
             locked.finished_at = now
-            seconds = (now - locked.applied_at).total_seconds()
-            if not scaling_down:
-                # The pods' own Ready transition, not this tick's time: the tick may be up to 15 s late.
-                try:
-                    ready_at = driver.last_ready_at(workload_of(locked.pool))
-                except DriverError:
-                    ready_at = None
-                if ready_at is not None and ready_at > locked.applied_at:
-                    seconds = min(seconds, (ready_at - locked.applied_at).total_seconds())
-            if not scaling_down:
+            seconds = _cold_start_s(locked, driver, now)
+            if seconds is not None:
                 locked.measured_cold_start_s = seconds
                 ColdStart.objects.create(pool=locked.pool, proposal=locked, seconds=seconds)
                 _refresh_cold_start_stats(locked.pool)
-            _transition(locked, ProposalState.SUCCEEDED, auto, f"{status.ready} replicas ready after {seconds:.0f} s",
-                        ready=status.ready)
+            note = f"{status.ready} replicas ready" + (f" after {seconds:.1f} s" if seconds is not None else "")
+            _transition(locked, ProposalState.SUCCEEDED, auto, note, ready=status.ready)
         elif (now - locked.applied_at).total_seconds() > settings.READY_TIMEOUT_S:
             locked.finished_at = now
             locked.last_error = f"only {status.ready} of {locked.target_replicas} replicas ready after {settings.READY_TIMEOUT_S} s"
             _transition(locked, ProposalState.FAILED, auto, locked.last_error)
     return locked
+
+
+def _cold_start_s(proposal: Proposal, driver: ClusterDriver, now: datetime) -> float | None:
+    """Seconds from this proposal's write to the Ready of the pods it added; None when it added none.
+
+    Scale-downs and writes that found the target already in place measure nothing, and neither
+    does a pool whose added pods cannot be told apart.
+    """
+    previous = proposal.applied_from_replicas
+    if previous is None or proposal.target_replicas <= previous or proposal.applied_at is None:
+        return None
+    added = proposal.target_replicas - previous
+    try:
+        ready_at = driver.added_pods_ready_at(workload_of(proposal.pool), proposal.applied_at, added)
+    except Exception:  # noqa: BLE001 - the tick's own time bounds it
+        ready_at = None
+    # The pods' own Ready transition when the API has it (the tick may be up to 15 s late), else now.
+    seconds = (now - proposal.applied_at).total_seconds()
+    if ready_at is not None:
+        seconds = min(seconds, (ready_at - proposal.applied_at).total_seconds())
+    return seconds if seconds >= COLD_START_FLOOR_S else None
 
 
 def execute(proposal_id: int, driver: ClusterDriver | None = None) -> Proposal | None:
@@ -348,12 +495,34 @@ def execute(proposal_id: int, driver: ClusterDriver | None = None) -> Proposal |
         return None
     try:
         driver = driver or cluster_driver(proposal.pool.cluster)
-    except DriverError as exc:
+    except Exception as exc:  # noqa: BLE001 - recorded and counted like any failed attempt
         return _record_failure(proposal, exc)
     proposal = apply_change(proposal, driver)
     if proposal.state == ProposalState.EXECUTING and proposal.applied_at is not None:
         proposal = track_readiness(proposal, driver)
     return proposal
+
+
+def advance(now: datetime | None = None) -> dict[str, int]:
+    """The execution sweep: run approved proposals whose task was lost, resume executions whose lease
+    or backoff ran out, and follow applied ones to Ready. One proposal's failure never stops the rest."""
+    now = now or timezone.now()
+    counts = {"started": 0, "resumed": 0, "tracked": 0, "errors": 0}
+    executing = Proposal.objects.filter(state__in=[ProposalState.APPROVED, ProposalState.EXECUTING]) \
+        .select_related("pool__cluster", "pool__team").order_by("pk")
+    for proposal in executing:
+        try:
+            if proposal.state == ProposalState.APPROVED or proposal.applied_at is None:
+                due = proposal.state == ProposalState.APPROVED or proposal.lease_until is None or proposal.lease_until <= now
+                if due and execute(proposal.pk) is not None:
+                    counts["started" if proposal.state == ProposalState.APPROVED else "resumed"] += 1
+                continue
+            track_readiness(proposal, cluster_driver(proposal.pool.cluster))
+            counts["tracked"] += 1
+        except Exception:  # noqa: BLE001 - logged; the next sweep tries again
+            counts["errors"] += 1
+            logger.exception("advancing proposal #%s failed", proposal.pk)
+    return counts
 
 
 def record_status(pool: Pool, desired: int, ready: int, now: datetime) -> None:
@@ -363,7 +532,8 @@ def record_status(pool: Pool, desired: int, ready: int, now: datetime) -> None:
 
 
 def _refresh_cold_start_stats(pool: Pool) -> None:
-    samples = list(ColdStart.objects.filter(pool=pool).values_list("seconds", flat=True)[:COLD_START_SAMPLES])
+    samples = list(ColdStart.objects.filter(pool=pool, seconds__gte=COLD_START_FLOOR_S)
+                   .values_list("seconds", flat=True)[:COLD_START_SAMPLES])
     if not samples:
         return
     p50 = statistics.median(samples)

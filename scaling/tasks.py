@@ -4,9 +4,6 @@ from __future__ import annotations
 from celery import shared_task
 
 from scaling import services
-from scaling.choices import ProposalState
-from scaling.drivers.cluster import DriverError
-from scaling.models import Proposal
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -16,16 +13,9 @@ def execute_proposal(proposal_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def advance_executions() -> None:
-    """Resume executions whose worker died, and follow applied ones to Ready."""
-    for proposal in Proposal.objects.filter(state=ProposalState.EXECUTING).select_related("pool__cluster"):
-        if proposal.applied_at is None:
-            services.execute(proposal.pk)
-            continue
-        try:
-            driver = services.cluster_driver(proposal.pool.cluster)
-        except DriverError:
-            continue
-        services.track_readiness(proposal, driver)
+    """Run approved proposals whose task was lost, resume executions whose worker died or whose
+    backoff passed, and follow applied ones to Ready."""
+    services.advance()
 
 
 @shared_task(ignore_result=True)

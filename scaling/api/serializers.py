@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.api.serializers import ScopedModelSerializer
+from scaling import services
 from scaling.choices import ProposalKind
 from scaling.models import Proposal, ProposalEvent
 
@@ -42,6 +43,13 @@ class ProposalCreateSerializer(ScopedModelSerializer):
     class Meta:
         model = Proposal
         fields = ["pool", "target_replicas", "kind", "reason", "idempotency_key"]
+        validators: list = []  # a key already used for the pool answers with its proposal (the service)
+
+    def validate_idempotency_key(self, value: str) -> str:
+        if value.startswith(services.LOOP_KEY_PREFIX):
+            raise serializers.ValidationError(
+                f"Keys starting with '{services.LOOP_KEY_PREFIX}' are reserved for the control loop.")
+        return value
 
     def validate(self, attrs):  # noqa: ANN001, ANN201
         return attrs  # the service checks the bounds against the pool

@@ -34,6 +34,40 @@ class ScaleOutcome:
     conflicts: int = 0  # 409s retried on the way
 
 
+@dataclass(frozen=True)
+class ScalePremise:
+    """What a change was decided against: `decided_from` replicas, to become `target`.
+
+    A write is made only while the live count still lets the change go the approved way:
+    a scale-up is written while the workload runs fewer than the target (never onto more, which
+    would scale it down); a scale-down only while the workload runs more than the target and no
+    more than it did when the change was approved (never removing more replicas than approved).
+    """
+
+    decided_from: int
+    target: int
+
+    def refusal(self, live: int) -> str | None:
+        """Why writing the target onto `live` replicas would not be the approved change (None: it would)."""
+        if live == self.target:
+            return None  # nothing to write
+        change = f"{self.decided_from} → {self.target}"
+        if self.target > self.decided_from:
+            if live > self.target:
+                return (f"approved as a scale-up {change}, but it runs {live} now: "
+                        f"writing {self.target} would remove {live - self.target}")
+            return None
+        if self.target < self.decided_from:
+            if live < self.target:
+                return (f"approved as a scale-down {change}, but it runs {live} now: "
+                        f"writing {self.target} would add {self.target - live}")
+            if live > self.decided_from:
+                return (f"approved to remove {self.decided_from - self.target} ({change}), but it runs {live} now: "
+                        f"writing {self.target} would remove {live - self.target}")
+            return None
+        return f"decided against {self.decided_from} replicas, but it runs {live} now"
+
+
 class DriverError(Exception):
     """A failed call. `permanent` failures are not retried (not found, forbidden, invalid)."""
 
@@ -43,11 +77,22 @@ class DriverError(Exception):
         self.status = status
 
 
+class PremiseChanged(DriverError):
+    """The live replicas no longer fit the approved change: nothing was written."""
+
+    def __init__(self, live: int, reason: str) -> None:
+        super().__init__(reason, permanent=True)
+        self.live = live
+
+
 class ClusterDriver(Protocol):
     def status(self, workload: Workload) -> ReplicaStatus: ...
 
-    def scale(self, workload: Workload, replicas: int) -> ScaleOutcome: ...
+    def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
+        """Set the replicas; with a premise, re-check it on every read (also after each 409) and raise
+        PremiseChanged instead of writing when the live count no longer fits it."""
+        ...
 
-    def last_ready_at(self, workload: Workload) -> datetime | None:
-        """When the most recent of the pool's Ready pods became Ready (None if none is)."""
+    def added_pods_ready_at(self, workload: Workload, since: datetime, count: int) -> datetime | None:
+        """When the `count` first pods created at or after `since` were all Ready (None: not yet, or fewer pods)."""
         ...

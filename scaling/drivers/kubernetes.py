@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from scaling.drivers.cluster import DriverError, ReplicaStatus, ScaleOutcome, Workload
+from scaling.drivers.cluster import DriverError, PremiseChanged, ReplicaStatus, ScaleOutcome, ScalePremise, Workload
 
 MAX_CONFLICT_RETRIES = 5
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
@@ -27,6 +27,19 @@ def _api_message(exc: ApiException) -> str:
         return json.loads(exc.body or "{}").get("message") or exc.reason or str(exc.status)
     except (ValueError, AttributeError):
         return exc.reason or str(exc.status)
+
+
+def _check(premise: ScalePremise | None, live: int) -> None:
+    refusal = premise.refusal(live) if premise is not None else None
+    if refusal is not None:
+        raise PremiseChanged(live, refusal)
+
+
+def _ready_since(pod: client.V1Pod) -> datetime | None:
+    for condition in (pod.status.conditions or []) if pod.status else []:
+        if condition.type == "Ready":
+            return condition.last_transition_time if condition.status == "True" else None
+    return None
 
 
 def _driver_error(action: str, exc: Exception) -> DriverError:
@@ -67,7 +80,7 @@ class KubernetesDriver:
             updated_at_resource_version=deployment.metadata.resource_version or "",
         )
 
-    def last_ready_at(self, workload: Workload) -> datetime | None:
+    def added_pods_ready_at(self, workload: Workload, since: datetime, count: int) -> datetime | None:
         where = f"{workload.namespace}/{workload.deployment}"
         try:
             deployment = self._apps.read_namespaced_deployment(
@@ -79,22 +92,27 @@ class KubernetesDriver:
                                                   _request_timeout=self._timeout)
         except (ApiException, HTTPError, OSError) as exc:
             raise _driver_error(f"list pods of {where}", exc) from None
-        times = [
-            condition.last_transition_time
-            for pod in pods.items
-            for condition in (pod.status.conditions or [] if pod.status else [])
-            if condition.type == "Ready" and condition.status == "True" and condition.last_transition_time
-        ]
-        return max(times, default=None)
+        # Kubernetes timestamps have whole seconds: a pod created within the second of the write counts.
+        floor = since.replace(microsecond=0)
+        added = sorted(
+            (pod for pod in pods.items if pod.metadata.creation_timestamp and pod.metadata.creation_timestamp >= floor),
+            key=lambda pod: pod.metadata.creation_timestamp,
+        )[:count]
+        if count <= 0 or len(added) < count:
+            return None
+        ready_times = [_ready_since(pod) for pod in added]
+        if any(at is None for at in ready_times):
+            return None
+        return max(ready_times)  # type: ignore[type-var]
 
-    def scale(self, workload: Workload, replicas: int) -> ScaleOutcome:
+    def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
         if replicas < 0:
             raise DriverError(f"refusing to scale to {replicas} replicas", permanent=True)
         if workload.scaled_object:
-            return self._scale_keda(workload, replicas)
-        return self._scale_deployment(workload, replicas)
+            return self._scale_keda(workload, replicas, premise)
+        return self._scale_deployment(workload, replicas, premise)
 
-    def _scale_deployment(self, workload: Workload, replicas: int) -> ScaleOutcome:
+    def _scale_deployment(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
         where = f"{workload.namespace}/{workload.deployment}"
         conflicts = 0
         while True:
@@ -103,6 +121,7 @@ class KubernetesDriver:
                     workload.deployment, workload.namespace, _request_timeout=self._timeout
                 )
                 previous = scale.spec.replicas or 0
+                _check(premise, previous)
                 if previous == replicas:
                     return ScaleOutcome(previous, replicas, wrote=False, conflicts=conflicts)
                 body = {"metadata": {"resourceVersion": scale.metadata.resource_version}, "spec": {"replicas": replicas}}
@@ -119,12 +138,18 @@ class KubernetesDriver:
             except (HTTPError, OSError) as exc:
                 raise _driver_error(f"scale deployment {where}", exc) from None
 
-    def _scale_keda(self, workload: Workload, replicas: int) -> ScaleOutcome:
+    def _scale_keda(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
         group, version, plural = KEDA
         where = f"{workload.namespace}/{workload.scaled_object}"
         conflicts = 0
         while True:
             try:
+                if premise is not None:
+                    # The premise is about the replicas the Deployment runs, which KEDA's HPA sets.
+                    running = self._apps.read_namespaced_deployment_scale(
+                        workload.deployment, workload.namespace, _request_timeout=self._timeout
+                    )
+                    _check(premise, running.spec.replicas or 0)
                 scaled = self._custom.get_namespaced_custom_object(
                     group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
                 )

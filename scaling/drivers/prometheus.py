@@ -18,14 +18,17 @@ replicas come from the Kubernetes driver, which reads the Deployment itself; the
 missing here.
 
 No hidden retries: the HTTP client is built with retries off and an explicit timeout, and a
-failed query is reported in `SignalRead.errors`, not repeated.
+failed query is reported in `SignalRead.errors`, not repeated. One read runs its queries side by
+side under one deadline (`deadline_s`, shorter than the 15-s tick): a query without an answer by
+then is an error and its signal unknown, so a slow Prometheus costs one tick at most.
 """
 from __future__ import annotations
 
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -119,6 +122,8 @@ class PrometheusConfig:
     labels: LabelMapping = field(default_factory=LabelMapping)
     timeout_s: float = 5.0  # per query, both the HTTP client's and Prometheus' own
     rate_window: str = "1m"
+    deadline_s: float = 10.0  # for all the queries of one read together
+    parallel_queries: int = 8
 
 
 _DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
@@ -161,21 +166,20 @@ class PrometheusSignalSource:
         errors: dict[str, str] = {}
         keys = {self._key(pool.labels): pool.name for pool in pools}
 
-        def run(name: str, template: str) -> list[dict[str, Any]]:
-            try:
-                return self._query(render(template, labels, window), at_s)
-            except (requests.RequestException, PrometheusApiClientException, ValueError, KeyError) as error:
-                errors[name] = f"{type(error).__name__}: {error}"[:300]
-                return []
+        def run(template: str) -> Callable[[], list[dict[str, Any]]]:
+            return lambda: self._query(render(template, labels, window), at_s)
 
-        fresh = {family: self._by_pool(run(f"freshness:{family}", q), keys) for family, q in FRESHNESS.items()}
+        queries = {f"freshness:{family}": q for family, q in FRESHNESS.items()} | QUERIES | {
+            "waiting_per_replica": WAITING_PER_REPLICA}
+        answers = self._run_all({name: run(template) for name, template in queries.items()}, errors)
+        fresh = {family: self._by_pool(answers[f"freshness:{family}"], keys) for family in FRESHNESS}
         readings: dict[str, dict[str, Reading]] = {pool.name: {} for pool in pools}
-        for signal, template in QUERIES.items():
+        for signal in QUERIES:
             scraped_at = fresh[SOURCE_OF.get(signal, "vllm")]
-            for pool_name, (value, evaluated_at) in self._by_pool(run(signal, template), keys).items():
+            for pool_name, (value, evaluated_at) in self._by_pool(answers[signal], keys).items():
                 readings[pool_name][signal] = _reading(value, evaluated_at, scraped_at.get(pool_name))
         waiting: dict[str, list[Reading]] = {pool.name: [] for pool in pools}
-        for series in run("waiting_per_replica", WAITING_PER_REPLICA):
+        for series in answers["waiting_per_replica"]:
             pool_name, point = keys.get(self._key(series.get("metric", {}))), _sample(series)
             if pool_name is not None and point is not None:
                 waiting[pool_name].append(_reading(*point, fresh["vllm"].get(pool_name)))
@@ -214,6 +218,24 @@ class PrometheusSignalSource:
         return history
 
     # -------------------------------------------------------------------------------------
+    def _run_all(self, calls: dict[str, Callable[[], list[dict[str, Any]]]],
+                 errors: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+        """Every query at once, under one deadline; a failed or late one answers [] and is in `errors`."""
+        answers: dict[str, list[dict[str, Any]]] = {name: [] for name in calls}
+        pool = ThreadPoolExecutor(max_workers=self.config.parallel_queries, thread_name_prefix="promql")
+        futures = {pool.submit(call): name for name, call in calls.items()}
+        done, late = wait(futures, timeout=self.config.deadline_s)
+        pool.shutdown(wait=False, cancel_futures=True)  # late queries end by their own timeout
+        for future in done:
+            name = futures[future]
+            try:
+                answers[name] = future.result()
+            except Exception as error:  # noqa: BLE001 - whatever failed, that signal is unknown
+                errors[name] = f"{type(error).__name__}: {error}"[:300]
+        for future in late:
+            errors[futures[future]] = f"no answer within the read's deadline of {self.config.deadline_s:g} s"
+        return answers
+
     def _query(self, promql: str, at_s: float) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"timeout": f"{self.config.timeout_s:g}s", "time": f"{at_s:.3f}"}
         result = self.client.custom_query(promql, params=params, timeout=self.config.timeout_s)

@@ -422,9 +422,16 @@ def _guard(raw: int, current: int, now: float, pool: PoolPlan, state: PlannerSta
     if hold and target < current:
         target = current
         reasons.append(HELD)
-    if target != current:
-        events += ((now, target - current),)
+    # Scale events are not added here: a target is only a wish until the cluster accepts it
+    # (see record_scale_event), so a change waiting for approval does not count against the rate.
     return target, reasons, replace(state, recommendations=recommendations, scale_events=events)
+
+
+def record_scale_event(state: PlannerState, at_s: float, change: int) -> PlannerState:
+    """Remember a change the cluster accepted, for the rate limits (the HPA records it after its update)."""
+    if change == 0:
+        return state
+    return replace(state, scale_events=tuple(sorted(state.scale_events + ((at_s, change),))))
 
 
 # ---------------------------------------------------------------------------- the planner
@@ -436,7 +443,9 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     now, signals = inputs.now_s, inputs.signals
     ready, desired = _count(signals.ready_replicas), _count(signals.desired_replicas)
     arriving = len(inputs.arriving_ready_in_s)
-    current = desired if desired is not None else (ready + arriving if ready is not None else None)
+    # Only the cluster says what it runs: ready replicas seen by Prometheus plus nothing is not
+    # "current" (a failed Kubernetes read would turn +2 into a write of ready + 2 onto more).
+    current = desired
     queue_known = (any(v is not None for v in _waiting_per_ready(signals, ready))
                    or _queue_with_none_ready(signals, ready) is not None)
     key_known = queue_known and ready is not None and current is not None

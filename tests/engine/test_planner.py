@@ -275,12 +275,30 @@ def test_it_counts_earlier_scale_ups_against_the_rate_limit():
     state = good_state()
     first = plan(inputs(signals(ready=3), lead=(200.0, 250.0)), POOL, state)
     assert first.target_replicas == 7
+    accepted = p.record_scale_event(first.state, NOW, first.target_replicas - 3)  # the cluster took +4 at once
     second = plan(inputs(signals(ready=3, arriving=4), lead=(200.0, 250.0), arriving_in=(80.0,) * 4, now=NOW + 5),
-                  POOL, first.state)
+                  POOL, accepted)
     assert second.target_replicas == 7  # the 15-s budget (from 3: +4) is spent
     third = plan(inputs(signals(ready=3, arriving=4), lead=(200.0, 250.0), arriving_in=(70.0,) * 4, now=NOW + 15),
                  POOL, second.state)
     assert third.target_replicas == 14
+
+
+def test_a_scale_up_waiting_for_approval_does_not_flip_the_next_target():
+    # Nothing was accepted by the cluster: the next ticks ask for the same change, not 4, 40, 4, ...
+    pool = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=64)
+    state, targets = good_state(), []
+    for tick in range(4):
+        decision = plan(inputs(signals(ready=4, desired=4, rate=390.0), lead=None, now=NOW + 15 * tick), pool, state)
+        state, _ = decision.state, targets.append(decision.target_replicas)
+    assert targets == [39, 39, 39, 39]
+
+
+def test_it_takes_no_current_count_from_ready_replicas_alone():
+    # The Kubernetes read failed (desired unknown) while Prometheus sees 4 ready replicas.
+    unknown_desired = dataclasses.replace(signals(ready=4, queue=40.0, rate=200.0), desired_replicas=Reading())
+    decision = plan(inputs(unknown_desired, lead=None), POOL, good_state())
+    assert decision.current_replicas is None and p.REPLICAS_UNKNOWN in decision.reasons
 
 
 # ---------------------------------------------------------------------------- pre-scale rule

@@ -5,6 +5,7 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
 from kubernetes import client
@@ -62,8 +63,15 @@ def test_a_newer_proposal_supersedes_the_pending_one(pool: Pool, alice: User) ->
 
 def test_the_same_idempotency_key_returns_the_same_proposal(pool: Pool, alice: User) -> None:
     first = _propose(pool, alice, idempotency_key="launch-18h")
-    again = _propose(pool, alice, target=6, idempotency_key="launch-18h")
+    again = _propose(pool, alice, idempotency_key="launch-18h")
     assert first.pk == again.pk and again.target_replicas == 4 and Proposal.objects.count() == 1
+
+
+def test_a_key_reused_for_another_change_is_a_conflict(pool: Pool, alice: User) -> None:
+    first = _propose(pool, alice, idempotency_key="launch-18h")
+    with pytest.raises(services.ProposalConflict, match="use a new key"):
+        _propose(pool, alice, target=6, idempotency_key="launch-18h")
+    assert list(Proposal.objects.values_list("pk", "target_replicas")) == [(first.pk, 4)]
 
 
 def test_it_refuses_targets_outside_the_pool_bounds(pool: Pool, alice: User) -> None:
@@ -106,10 +114,11 @@ def test_expiry_housekeeping_expires_only_due_proposals(pool: Pool, search_pool:
 
 
 def test_reactive_scale_ups_inside_the_guardrail_are_auto_approved(pool: Pool, alice: User, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001, E501
-    small = _propose(pool, alice, target=3, kind=ProposalKind.REACTIVE)
+    planner = core.Actor(user=None, channel=Channel.AUTO)
+    small = services.propose(pool, 3, ProposalKind.REACTIVE, planner, current=1)
     assert small.state in (ProposalState.APPROVED, ProposalState.EXECUTING, ProposalState.FAILED)
     assert small.decided_channel == Channel.AUTO and "guardrail" in small.decision_comment
-    large = _propose(pool, alice, target=8, kind=ProposalKind.REACTIVE)
+    large = services.propose(pool, 8, ProposalKind.REACTIVE, planner, current=1)
     assert large.state == ProposalState.PENDING
 
 
@@ -174,10 +183,12 @@ def test_conflict_storms_are_retried_and_server_errors_fail_clearly(kube_pool: P
     second = _propose(kube_pool, alice, target=5)
     services.approve(second.pk, _actor(bob))
     failed = services.execute(second.pk, KubernetesDriver(kube.url))
-    assert failed.state == ProposalState.EXECUTING and "HTTP 500" in failed.last_error  # retried next tick
-    Proposal.objects.filter(pk=second.pk).update(attempts=5)
+    # Retried after a jittered backoff, not at once and not failed on the first 500.
+    assert failed.state == ProposalState.EXECUTING and "HTTP 500" in failed.last_error and "next try in" in failed.last_error
+    assert failed.lease_until > timezone.now() and services.execute(second.pk, KubernetesDriver(kube.url)) is None
+    Proposal.objects.filter(pk=second.pk).update(attempts=settings.EXECUTION_MAX_ATTEMPTS - 1, lease_until=None)
     failed = services.execute(second.pk, KubernetesDriver(kube.url))
-    assert failed.state == ProposalState.FAILED and "HTTP 500" in failed.last_error
+    assert failed.state == ProposalState.FAILED and "HTTP 500" in failed.last_error and "gave up after" in failed.last_error
 
 
 def test_a_missing_deployment_fails_with_the_api_message(kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:  # noqa: E501

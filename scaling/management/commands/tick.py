@@ -50,5 +50,7 @@ class Command(BaseCommand):
             self.stdout.write("  did      " + ("; ".join(pool.did) if pool.did else "nothing"))
         for where, error in report.errors.items():
             self.stderr.write(f"error: {where}: {error}")
+        for cluster, why in report.skipped.items():
+            self.stdout.write(f"skipped cluster {cluster}: {why}")
         if report.expired:
             self.stdout.write(f"expired {report.expired} proposal(s)")

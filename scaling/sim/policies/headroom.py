@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from scaling.engine.forecast import forecast
-from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, plan
+from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, plan, record_scale_event
 from scaling.engine.queue_depth import QueueDepthPolicy
 from scaling.engine.rate_series import from_values
 from scaling.engine.signals import PoolSignals, Reading
@@ -90,6 +90,8 @@ class HeadroomPolicy:
         if state.keep_decisions:
             state.decisions.append(decision)
         target = decision.target_replicas if decision.target_replicas is not None else observation.desired_replicas
+        # The simulated cluster accepts the target at once: that is when the rate limits count it.
+        state.planner = record_scale_event(state.planner, now, target - observation.desired_replicas)
         if target > observation.desired_replicas:
             state.requested_at += [now] * (target - observation.desired_replicas)
         return target
