@@ -101,7 +101,7 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
         read = source.read([PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools])
         signals.update({int(key): value for key, value in read.pools.items()})
         errors.update({f"{cluster.name}: prometheus {name}": error for name, error in read.errors.items()})
-    unknown = {"ready_replicas": Reading(), "desired_replicas": Reading(), "arriving_replicas": Reading()}
+    unknown = {"desired_replicas": Reading(), "arriving_replicas": Reading()}  # ready: as Prometheus saw it
     try:
         driver = cluster_driver(cluster)
     except DriverError as exc:

@@ -402,7 +402,7 @@ def _record_stale(proposal: Proposal, exc: PremiseChanged, now: datetime) -> Pro
         locked.finished_at, locked.lease_until = now, None
         locked.last_error = f"stale: {exc}; nothing written"
         _transition(locked, ProposalState.STALE, core.Actor(None, Channel.AUTO), locked.last_error,
-                    decided_from=locked.current_replicas, target=locked.target_replicas, live=exc.live)
+                    decided_from=locked.current_replicas, target_replicas=locked.target_replicas, live=exc.live)
     return locked
 
 
@@ -483,7 +483,7 @@ def _cold_start_s(proposal: Proposal, driver: ClusterDriver, now: datetime) -> f
         ready_at = None
     # The pods' own Ready transition when the API has it (the tick may be up to 15 s late), else now.
     seconds = (now - proposal.applied_at).total_seconds()
-    if ready_at is not None:
+    if ready_at is not None and ready_at > proposal.applied_at:  # whole-second stamps can read earlier
         seconds = min(seconds, (ready_at - proposal.applied_at).total_seconds())
     return seconds if seconds >= COLD_START_FLOOR_S else None
 
