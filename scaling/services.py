@@ -109,6 +109,8 @@ def propose(
         existing = Proposal.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
             return existing
+    if actor.user is not None and (refusal := core.cluster_refusal(pool.cluster, pool.team)):
+        raise ProposalForbidden(refusal)  # a person acts through the pool's team, in a cluster open to it
     if not pool.min_replicas <= target_replicas <= pool.max_replicas:
         raise InvalidProposal(
             "target_replicas",
@@ -166,6 +168,8 @@ def _check_may_decide(proposal: Proposal, actor: core.Actor) -> None:
         return
     if actor.user is None or not core.has_role(actor.user, proposal.pool.team, Role.OPERATOR):
         raise ProposalForbidden(f"Approving needs the operator role in team {proposal.pool.team}.")
+    if refusal := core.cluster_refusal(proposal.pool.cluster, proposal.pool.team):
+        raise ProposalForbidden(refusal)
     threshold = proposal.pool.approval.two_person_min_delta
     if threshold is not None and proposal.delta >= threshold and proposal.requested_by_id == actor.user.pk:
         raise ProposalForbidden(
