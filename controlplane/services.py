@@ -141,6 +141,19 @@ def usable_clusters(user: AbstractBaseUser | AnonymousUser, role: str) -> models
     return Cluster.objects.filter(models.Q(team__in=team_ids) | models.Q(shared_with__in=team_ids)).distinct()
 
 
+def set_sharing(actor: Actor, cluster: Cluster, teams: list[Team]) -> None:
+    """Share `cluster` with exactly `teams` (its owning team needs none); audited when it changes.
+
+    The caller has checked that the actor is an admin of the cluster's team.
+    """
+    with transaction.atomic():
+        locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        before = snapshot(locked)
+        locked.shared_with.set([team for team in teams if team.pk != locked.team_id])
+        if snapshot(locked) != before:
+            record(actor, AuditAction.UPDATE, locked, before=before)
+
+
 def set_membership(user: AbstractBaseUser, team: Team, role: str, actor: Actor) -> Membership:
     with transaction.atomic():
         membership = Membership.objects.select_for_update().filter(user=user, team=team).first()
