@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
