@@ -11,7 +11,9 @@ from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Membership, 
 class AuditedAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
         before = services.snapshot(type(obj).objects.get(pk=obj.pk)) if change else None
-        services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before)
+        # The form's many-to-many (a cluster's sharing) is saved before the record, so the audit shows it.
+        services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before,
+                                 save_related=form.save_m2m)
 
     def delete_model(self, request, obj) -> None:  # noqa: ANN001
         services.delete_with_audit(services.Actor.from_request(request, Channel.WEB), obj)
@@ -37,6 +39,7 @@ class TeamAdmin(AuditedAdmin):
 class ClusterAdmin(AuditedAdmin):
     list_display = ["name", "region", "team", "kube_api_url", "time_zone"]
     list_filter = ["team", "region"]
+    filter_horizontal = ["shared_with"]
 
 
 class SLOInline(admin.TabularInline):

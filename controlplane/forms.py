@@ -39,9 +39,15 @@ class ClusterForm(ScopedModelForm):
     class Meta(ScopedModelForm.Meta):
         model = Cluster
         fields = [
-            "name", "team", "region", "kube_api_url", "credentials_ref", "prometheus_url",
+            "name", "team", "shared_with", "region", "kube_api_url", "credentials_ref", "prometheus_url",
             "time_zone", "off_hours", "gpu_prices",
         ]
+        widgets = {"shared_with": forms.CheckboxSelectMultiple}
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        # Any team may be shared with, not only the editor's own; saving needs the owning team's admin.
+        self.fields["shared_with"].queryset = Team.objects.all()
 
 
 class PoolForm(ScopedModelForm):
@@ -53,6 +59,11 @@ class PoolForm(ScopedModelForm):
             "target_queue_per_replica", "replica_capacity_rps", "scaling_target", "scaled_object", "route_name", "route_backend",
             "fallback_pool", "priority", "approval_policy",
         ]
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        # Only clusters the user's admin teams own or have been shared: where a pool may be placed.
+        self.fields["cluster"].queryset = services.usable_clusters(self.user, Role.ADMIN)
 
 
 class SLOForm(ScopedModelForm):

@@ -56,9 +56,16 @@ class Membership(models.Model):
 
 
 class Cluster(models.Model):
+    """A Kubernetes cluster. Its team owns it; its admins may share it with other teams' pools."""
 
-    team_lookups = ("team", "pools__team")  # who owns it (see controlplane.permissions)
+    # Who sees it (see controlplane.permissions): the owning team first (its role rules changes), then
+    # the teams it is shared with. A pool sitting in it grants nothing: sharing is explicit.
+    team_lookups = ("team", "shared_with")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="clusters")
+    shared_with = models.ManyToManyField(
+        Team, blank=True, related_name="shared_clusters",
+        help_text="Other teams whose pools may sit in this cluster. Only the owning team's admins change this.",
+    )
     name = models.CharField(max_length=63, unique=True, validators=k8s_name_validators)
     region = models.CharField(max_length=64, blank=True)
     kube_api_url = models.URLField("Kubernetes API URL", max_length=300)
@@ -110,6 +117,7 @@ class Pool(models.Model):
     """One vLLM deployment serving one model in one cluster."""
 
     team_lookups = ("team",)  # who owns it (see controlplane.permissions)
+    cluster_lookup = "cluster"  # where it acts: its team must own the cluster or have it shared
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pools")
@@ -153,6 +161,11 @@ class Pool(models.Model):
         ordering = ["cluster__name", "name"]
         constraints = [
             models.UniqueConstraint(fields=["cluster", "name"], name="pool_unique_name_per_cluster"),
+            # Two pools scaling one Deployment would fight (and one team could scale another's to zero).
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "deployment"], name="pool_unique_deployment_per_cluster",
+                violation_error_message="Another pool already manages this Deployment in this cluster.",
+            ),
             models.CheckConstraint(condition=Q(min_replicas__lte=F("max_replicas")), name="pool_min_le_max"),
             models.CheckConstraint(condition=Q(max_replicas__gte=1), name="pool_max_ge_1"),
             models.CheckConstraint(condition=Q(gpus_per_replica__gte=1), name="pool_gpus_ge_1"),
@@ -194,10 +207,22 @@ class Pool(models.Model):
             config.parse_approval_policy(self.approval_policy)
         except ValueError as exc:
             errors["approval_policy"] = str(exc)
+        if self._deployment_claimed():
+            errors["deployment"] = (
+                f"Another pool already manages Deployment {self.namespace}/{self.deployment} in this cluster; "
+                "two pools must not scale the same Deployment."
+            )
         if self.scaling_target == ScalingTarget.KEDA and not self.scaled_object:
             errors["scaled_object"] = "Name the KEDA ScaledObject when the pool is scaled through KEDA."
         if errors:
             raise ValidationError(errors)
+
+    def _deployment_claimed(self) -> bool:
+        # Checked here (not only by the constraint) so the error names the field to fix.
+        if self.cluster_id is None or not self.namespace or not self.deployment:
+            return False
+        claims = Pool.objects.filter(cluster_id=self.cluster_id, namespace=self.namespace, deployment=self.deployment)
+        return claims.exclude(pk=self.pk).exists() if self.pk else claims.exists()
 
     @property
     def approval(self) -> config.ApprovalPolicy:
@@ -208,6 +233,7 @@ class SLO(models.Model):
     """A service-level objective: `objective` of requests must meet `threshold` over `window_days`."""
 
     team_lookups = ("pool__team",)  # who owns it (see controlplane.permissions)
+    cluster_lookup = "pool__cluster"
 
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="slos")
     indicator = models.CharField(max_length=32, choices=SloIndicator.choices)
@@ -259,6 +285,7 @@ class ScheduleWindow(models.Model):
     """A recurring known peak: pre-scale by `prescale_factor` before it starts."""
 
     team_lookups = ("pool__team",)  # who owns it (see controlplane.permissions)
+    cluster_lookup = "pool__cluster"
 
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="schedules")
     name = models.CharField(max_length=100)

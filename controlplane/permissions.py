@@ -1,7 +1,8 @@
 """Role checks and team scoping shared by every API viewset and web view.
 
 A user sees the objects of the teams they belong to; what they may change depends on their role in
-the object's team. The scoping lives here, in one place, so no view can forget it.
+the object's team and, for what acts in a cluster, on the cluster's owner having shared it with that
+team (`services.check_may_change`). The scoping lives here, in one place, so no view can forget it.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rest_framework import permissions
 
 from controlplane import services
 from controlplane.choices import Role
-from controlplane.models import Team
+from controlplane.models import Cluster, Team
 
 
 def team_lookups(model: type[models.Model]) -> tuple[str, ...]:
@@ -29,7 +30,19 @@ def scoped(queryset: models.QuerySet, user) -> models.QuerySet:  # noqa: ANN001
     for lookup in lookups:
         condition |= Q(**{f"{lookup}__in": team_ids})
     queryset = queryset.filter(condition)
-    return queryset.distinct() if any("__" in lookup for lookup in lookups) else queryset
+    return queryset.distinct() if any(_many_valued(queryset.model, lookup) for lookup in lookups) else queryset
+
+
+def _many_valued(model: type[models.Model], lookup: str) -> bool:
+    """Whether following `lookup` can meet several rows (and so repeat the object in a join)."""
+    for name in lookup.split("__"):
+        field = model._meta.get_field(name)
+        if field.many_to_many or field.one_to_many:
+            return True
+        if field.related_model is None:
+            return False
+        model = field.related_model
+    return False
 
 
 def owning_team(obj: models.Model) -> Team | None:
@@ -40,6 +53,23 @@ def owning_team(obj: models.Model) -> Team | None:
     for attribute in team_lookups(type(obj))[0].split("__"):
         current = getattr(current, attribute, None)
     return current
+
+
+def owning_cluster(obj: models.Model) -> Cluster | None:
+    """The cluster an object acts in (its model's `cluster_lookup`); None for what acts in none."""
+    lookup = getattr(type(obj), "cluster_lookup", "")
+    current = obj if lookup else None
+    for attribute in lookup.split("__") if lookup else ():
+        current = getattr(current, attribute, None)
+    return current
+
+
+def check_may_write(user, obj: models.Model, role: str, *, lock: bool = False) -> None:  # noqa: ANN001
+    """Refuse (services.AccessDenied) a change to `obj` unless the user holds `role` in its team and,
+    when it acts in a cluster, the cluster is owned by or shared with that team."""
+    lookup = getattr(type(obj), "cluster_lookup", "cluster")
+    services.check_may_change(user, owning_team(obj), owning_cluster(obj), role,
+                              field=lookup.split("__")[0], lock=lock)
 
 
 class RolePermission(permissions.BasePermission):

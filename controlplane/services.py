@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,8 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from controlplane.choices import AuditAction, Role
-from controlplane.models import ApiToken, AuditEvent, Membership, Team
+from controlplane.errors import ServiceError
+from controlplane.models import ApiToken, AuditEvent, Cluster, Membership, Team
 
 # Writing last_used_at on every request would turn each API read into a write.
 TOKEN_LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -69,6 +71,87 @@ def visible_team_ids(user: AbstractBaseUser | AnonymousUser, min_role: str = Rol
         return None
     roles = [role for role in Role.values if Role.rank(role) >= Role.rank(min_role)]
     return Membership.objects.filter(user=user, role__in=roles).values("team_id")
+
+
+# --- team boundaries for actions ----------------------------------------------------------------
+
+
+class AccessDenied(ServiceError):
+    """The actor's teams do not allow this change. `field` names the input to change, when one would help."""
+
+    status_code = 403
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def cluster_refusal(cluster: Cluster, team: Team) -> str:
+    """Why pools of `team` may not sit (or act) in `cluster`, or '' when they may.
+
+    They may when the team owns the cluster, or when an admin of the owning team shared it with the
+    team. A pool already sitting there grants nothing.
+    """
+    if team.pk == cluster.team_id or cluster.shared_with.filter(pk=team.pk).exists():
+        return ""
+    return (
+        f"Cluster {cluster.name} belongs to team {cluster.team} and is not shared with team {team}; "
+        f"an admin of {cluster.team} can share it."
+    )
+
+
+def check_may_change(
+    user: AbstractBaseUser | AnonymousUser,
+    team: Team | None,
+    cluster: Cluster | None,
+    role: str,
+    *,
+    field: str = "cluster",
+    lock: bool = False,
+) -> None:
+    """Refuse (AccessDenied) unless `user` holds `role` in the object's `team` and, for an object that
+    acts in a `cluster`, that team may use the cluster (see `cluster_refusal`).
+
+    The one rule behind every change and action on pools and what belongs to them, in the API, the web
+    UI and Slack: the object's team says who may act, the cluster's owner says which teams may act there.
+    With `lock`, the cluster row stays locked until the caller's transaction ends, so a share revoked
+    at the same moment is either seen here or waits for this change.
+    """
+    if team is None or not has_role(user, team, role):
+        raise AccessDenied(f"You need the {role} role in team '{team}' for this change.")
+    if cluster is None:
+        return
+    if lock:
+        cluster = Cluster.objects.select_for_update().select_related("team").get(pk=cluster.pk)
+    refusal = cluster_refusal(cluster, team)
+    if refusal:
+        raise AccessDenied(refusal, field)
+
+
+def may_act_in(user: AbstractBaseUser | AnonymousUser, team: Team, cluster: Cluster, role: str) -> bool:
+    """`check_may_change` as a yes/no, for showing or hiding buttons."""
+    return has_role(user, team, role) and not cluster_refusal(cluster, team)
+
+
+def usable_clusters(user: AbstractBaseUser | AnonymousUser, role: str) -> models.QuerySet:
+    """Clusters owned by, or shared with, a team where the user holds `role`: where they may place pools."""
+    team_ids = visible_team_ids(user, min_role=role)
+    if team_ids is None:
+        return Cluster.objects.all()
+    return Cluster.objects.filter(models.Q(team__in=team_ids) | models.Q(shared_with__in=team_ids)).distinct()
+
+
+def set_sharing(actor: Actor, cluster: Cluster, teams: list[Team]) -> None:
+    """Share `cluster` with exactly `teams` (its owning team needs none); audited when it changes.
+
+    The caller has checked that the actor is an admin of the cluster's team.
+    """
+    with transaction.atomic():
+        locked = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        before = snapshot(locked)
+        locked.shared_with.set([team for team in teams if team.pk != locked.team_id])
+        if snapshot(locked) != before:
+            record(actor, AuditAction.UPDATE, locked, before=before)
 
 
 def set_membership(user: AbstractBaseUser, team: Team, role: str, actor: Actor) -> Membership:
@@ -139,10 +222,21 @@ def record(
     )
 
 
-def save_with_audit(actor: Actor, obj: models.Model, before: dict[str, Any] | None = None) -> models.Model:
-    """Save a validated object and record the change, in one transaction."""
+def save_with_audit(
+    actor: Actor,
+    obj: models.Model,
+    before: dict[str, Any] | None = None,
+    *,
+    save_related: Callable[[], None] | None = None,
+) -> models.Model:
+    """Save a validated object and record the change, in one transaction.
+
+    `save_related` (a form's `save_m2m`) runs before the record, so the audit shows the new sharing too.
+    """
     with transaction.atomic():
         obj.save()
+        if save_related is not None:
+            save_related()
         record(actor, AuditAction.UPDATE if before else AuditAction.CREATE, obj, before=before)
     return obj
 

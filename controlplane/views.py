@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, ProtectedError, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -108,11 +108,18 @@ def edit_object(request: HttpRequest, kind: str, pk: int | None = None) -> HttpR
     form = form_class(request.POST or None, instance=instance, initial=initial, user=request.user)
     if request.method == "POST" and form.is_valid():
         obj = form.save(commit=False)
-        if not services.has_role(request.user, permissions.owning_team(obj), Role.ADMIN):
-            form.add_error(None, "You need the admin role in the owning team to save this.")
+        before = services.snapshot(instance) if instance else None
+        try:
+            with transaction.atomic():
+                permissions.check_may_write(request.user, obj, Role.ADMIN, lock=True)
+                services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before,
+                                         save_related=form.save_m2m)
+        except services.AccessDenied as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+        except IntegrityError:
+            # Validation passed but a concurrent change took the name or the Deployment first.
+            form.add_error(None, "Another change claimed the same name or Deployment a moment ago; reload and retry.")
         else:
-            before = services.snapshot(instance) if instance else None
-            services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before)
             target = obj.pool if isinstance(obj, (SLO, ScheduleWindow)) else obj
             url = reverse("pool-detail", args=[target.pk]) if isinstance(target, Pool) else reverse("clusters")
             if request.htmx:

@@ -343,7 +343,7 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
     try:
         proposal = services.propose(pool, target, kind, auto, current=current, reasons=reasons, signals=signals,
                                     evidence=evidence, idempotency_key=key, floor_until=floor_until, now=now)
-    except services.InvalidProposal as exc:
+    except (services.InvalidProposal, services.ProposalForbidden) as exc:
         return [f"no proposal: {exc}"]
     return [f"proposal #{proposal.pk} {kind} {current} → {target}: {proposal.state}"]
 

@@ -146,6 +146,9 @@ def propose(
     now = now or timezone.now()
     if idempotency_key and (existing := _replay(pool, idempotency_key, target_replicas, kind)):
         return existing
+    if refusal := core.cluster_refusal(pool.cluster, pool.team):
+        # A person or the loop acts through the pool's team, in a cluster owned by or shared with it.
+        raise ProposalForbidden(refusal)
     if not pool.min_replicas <= target_replicas <= pool.max_replicas:
         raise InvalidProposal(
             "target_replicas",
@@ -244,6 +247,8 @@ def _check_may_decide(proposal: Proposal, actor: core.Actor, now: datetime) -> N
         return
     if actor.user is None or not core.has_role(actor.user, proposal.pool.team, Role.OPERATOR):
         raise ProposalForbidden(f"Approving needs the operator role in team {proposal.pool.team}.")
+    if refusal := core.cluster_refusal(proposal.pool.cluster, proposal.pool.team):
+        raise ProposalForbidden(refusal)
     if reason := _needs_second_person(proposal, actor.user, now):
         raise ProposalForbidden(reason)
 

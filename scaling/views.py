@@ -38,7 +38,7 @@ def _card_context(request: HttpRequest, proposal: Proposal) -> dict:
         "proposal": proposal,
         "chart": evidence_chart(proposal),
         "can_decide": proposal.state == ProposalState.PENDING
-        and core.has_role(request.user, proposal.pool.team, Role.OPERATOR),
+        and core.may_act_in(request.user, proposal.pool.team, proposal.pool.cluster, Role.OPERATOR),
         "live": proposal.state in ACTIVE_STATES,
     }
 
@@ -63,11 +63,11 @@ def card(request: HttpRequest, pk: int) -> HttpResponse:
 def decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
     proposal = get_object_or_404(visible_proposals(request), pk=pk)
     decide_with = services.approve if verdict == "approve" else services.reject
-    error = ""
+    error, status = "", 200
     try:
         decide_with(proposal.pk, core.Actor.from_request(request, Channel.WEB), request.POST.get("comment", "")[:2000])
     except services.ProposalError as exc:
-        error = str(exc)
+        error, status = str(exc), exc.status_code  # 403 not allowed, 409 already decided
     proposal = visible_proposals(request).get(pk=pk)
     context = _card_context(request, proposal) | {"error": error}
-    return render(request, "scaling/_proposal_card.html", context, status=200 if not error else 409)
+    return render(request, "scaling/_proposal_card.html", context, status=status)

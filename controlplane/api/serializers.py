@@ -9,7 +9,8 @@ from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, Schedu
 
 
 class ScopedModelSerializer(serializers.ModelSerializer):
-    """Runs the model's own `clean()` and only offers related objects the user can see."""
+    """Runs the model's own `clean()` and only offers related objects the user can see
+    (except through fields marked `scoped = False`)."""
 
     def get_fields(self):  # noqa: ANN201
         fields = super().get_fields()
@@ -17,6 +18,8 @@ class ScopedModelSerializer(serializers.ModelSerializer):
         for field in fields.values():
             target = getattr(field, "child_relation", field)
             queryset = getattr(target, "queryset", None)
+            if not getattr(target, "scoped", True):
+                continue
             if request is not None and queryset is not None and permissions.team_lookups(queryset.model):
                 target.queryset = permissions.scoped(queryset, request.user)
         return fields
@@ -26,8 +29,10 @@ class ScopedModelSerializer(serializers.ModelSerializer):
         model = self.Meta.model
         fields = model._meta.concrete_fields
         instance = model(**{f.attname: getattr(self.instance, f.attname) for f in fields}) if self.instance else model()
+        many_to_many = {field.name for field in model._meta.many_to_many}  # set after saving, not on an unsaved row
         for name, value in attrs.items():
-            setattr(instance, name, value)
+            if name not in many_to_many:
+                setattr(instance, name, value)
         try:
             instance.clean()
         except DjangoValidationError as exc:
@@ -47,21 +52,29 @@ class TeamSlugField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
+class AnyTeamSlugField(TeamSlugField):
+    """Any team by its slug, not only the caller's own: the teams a cluster is shared with."""
+
+    scoped = False
+
+
 class TeamSerializer(ScopedModelSerializer):
     class Meta:
         model = Team
         fields = ["id", "name", "slug"]
 
 
-
-
 class ClusterSerializer(ScopedModelSerializer):
     team = TeamSlugField()
+    shared_with = AnyTeamSlugField(
+        many=True, required=False,
+        help_text="Slugs of the other teams whose pools may sit in this cluster; only its team's admins change it.",
+    )
 
     class Meta:
         model = Cluster
         fields = [
-            "id", "name", "team", "region", "kube_api_url", "credentials_ref", "prometheus_url",
+            "id", "name", "team", "shared_with", "region", "kube_api_url", "credentials_ref", "prometheus_url",
             "time_zone", "off_hours", "gpu_prices",
         ]
 
@@ -91,6 +104,12 @@ class PoolSerializer(ScopedModelSerializer):
             "target_queue_per_replica", "replica_capacity_rps", "cold_start_p50_s", "cold_start_p95_s", "scaling_target",
             "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "slos",
         ]
+
+    def get_validators(self):  # noqa: ANN201
+        # Pool.clean() checks the Deployment claim itself and names the field; DRF's generic
+        # "must make a unique set" would answer first and name none.
+        claim = {"cluster", "namespace", "deployment"}
+        return [validator for validator in super().get_validators() if set(getattr(validator, "fields", ())) != claim]
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -27,8 +27,10 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
     def actor(self) -> services.Actor:
         return services.Actor.from_request(self.request, Channel.API)
 
-    def _check_team_role(self, serializer, role: str = Role.ADMIN) -> None:  # noqa: ANN001
-        """The payload's team (new or changed) must be one where the user holds `role`."""
+    def _check_may_write(self, serializer, role: str = Role.ADMIN) -> None:  # noqa: ANN001
+        """The object as it will be (new or changed) must be one the user may write: `role` in its
+        team and, for what acts in a cluster, a cluster owned by or shared with that team. Call it
+        inside the write's transaction: it keeps the cluster row locked until the write commits."""
         unsaved = serializer.Meta.model(
             **{k: v for k, v in serializer.validated_data.items() if not isinstance(v, list)}
         )
@@ -36,20 +38,18 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
             for field in serializer.Meta.model._meta.concrete_fields:
                 if field.name not in serializer.validated_data:
                     setattr(unsaved, field.attname, getattr(serializer.instance, field.attname))
-        team = permissions.owning_team(unsaved)
-        if team is None or not services.has_role(self.request.user, team, role):
-            raise PermissionDenied(f"You need the {role} role in team '{team}' for this change.")
+        permissions.check_may_write(self.request.user, unsaved, role, lock=True)
 
     def perform_create(self, serializer) -> None:  # noqa: ANN001
-        self._check_team_role(serializer)
         with transaction.atomic():
+            self._check_may_write(serializer)
             instance = serializer.save()
             services.record(self.actor, AuditAction.CREATE, instance)
 
     def perform_update(self, serializer) -> None:  # noqa: ANN001
-        self._check_team_role(serializer)
         before = services.snapshot(serializer.instance)
         with transaction.atomic():
+            self._check_may_write(serializer)
             instance = serializer.save()
             services.record(self.actor, AuditAction.UPDATE, instance, before=before)
 
@@ -80,7 +80,7 @@ class ClusterFilter(django_filters.FilterSet):
 
 
 class ClusterViewSet(TeamScopedViewSet):
-    queryset = Cluster.objects.select_related("team")
+    queryset = Cluster.objects.select_related("team").prefetch_related("shared_with")
     serializer_class = serializers.ClusterSerializer
     filterset_class = ClusterFilter
 

@@ -49,6 +49,7 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
         pool = data["pool"]
         if not core.has_role(request.user, pool.team, Role.OPERATOR):
             raise PermissionDenied(f"Proposing needs the operator role in team {pool.team}.")
+        core.check_may_change(request.user, pool.team, pool.cluster, Role.OPERATOR, field="pool")
         reason = data.get("reason") or f"requested by {self.actor.name}"
         proposal = services.propose(
             pool, data["target_replicas"], data["kind"], self.actor,
@@ -80,6 +81,7 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     def execute(self, request, pk=None):  # noqa: ANN001, ANN201
         """Run (or resume) the execution of an approved proposal now; 409 when there is nothing to run."""
         proposal = self.get_object()
+        core.check_may_change(request.user, proposal.pool.team, proposal.pool.cluster, Role.OPERATOR)
         if services.execute(proposal.pk) is None:
             current = Proposal.objects.get(pk=proposal.pk)
             raise services.ProposalConflict(current, f"Proposal #{current.pk} is {current.state}: nothing to execute.")

@@ -393,3 +393,15 @@ def test_a_near_zero_cold_start_never_replaces_the_pools_figures(kube_pool: Pool
     assert loop.pool_plan(Pool.objects.get(pk=kube_pool.pk)).cold_start_p95_s == 80.0
     Pool.objects.filter(pk=kube_pool.pk).update(cold_start_p50_s=0.0, cold_start_p95_s=0.0)  # broken figures are no lead time
     assert loop.pool_plan(Pool.objects.get(pk=kube_pool.pk)).cold_start_p95_s == loop.DEFAULT_COLD_START_S
+
+
+# --- 7. team boundaries hold for the loop too ----------------------------------------------------
+
+
+def test_the_loop_proposes_nothing_for_a_pool_in_a_cluster_not_shared_with_its_team(pool: Pool, search_team) -> None:  # noqa: ANN001
+    # Created before the rule (the migration keeps such pools, it does not share for them).
+    outsider = Pool.objects.create(cluster=pool.cluster, team=search_team, name="rerank", namespace="search",
+                                   deployment="vllm-rerank", model_name="x", gpu_type="L4", max_replicas=4)
+    with pytest.raises(services.ProposalForbidden, match="not shared with team Search"):
+        services.propose(outsider, 3, ProposalKind.REACTIVE, PLANNER, current=1)
+    assert not Proposal.objects.exists()

@@ -22,9 +22,12 @@ USERS = [
 
 GPU_PRICES = {"H100": {"on_demand": 4.5, "spot": 2.1}, "L4": {"on_demand": 0.8, "spot": 0.35}}
 
+# Search's reranker runs in ML Platform's European cluster, which ML Platform shares with Search.
 CLUSTERS = [
-    {"name": "gpu-us-east", "team": "ml-platform", "region": "us-east-1", "time_zone": "America/New_York"},
-    {"name": "gpu-eu-west", "team": "ml-platform", "region": "eu-west-1", "time_zone": "Europe/Paris"},
+    {"name": "gpu-us-east", "team": "ml-platform", "region": "us-east-1", "time_zone": "America/New_York",
+     "shared_with": []},
+    {"name": "gpu-eu-west", "team": "ml-platform", "region": "eu-west-1", "time_zone": "Europe/Paris",
+     "shared_with": ["search"]},
 ]
 
 POOLS = [
@@ -79,6 +82,7 @@ class Command(BaseCommand):
                 },
                 name=spec["name"],
             )
+            services.set_sharing(actor, clusters[spec["name"]], [teams[slug] for slug in spec["shared_with"]])
         pools = {}
         for name, cluster, team, model, gpu, gpus, low, high, tier in POOLS:
             pool = upsert(
