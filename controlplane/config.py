@@ -5,6 +5,7 @@ Parsers raise ValueError with a message fit to show a user next to the field.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import time
 from typing import Any
@@ -144,3 +145,34 @@ def parse_gpu_prices(raw: Any) -> dict[str, GpuPrice]:
             values[key] = float(value)
         prices[gpu_type] = GpuPrice(values["on_demand"], values.get("spot"))
     return prices
+
+
+# --- cluster credentials ---------------------------------------------------------------------------
+# A cluster stores where its credentials are, never the credentials: the files live in a mounted
+# Secret (settings.KUBE_CREDENTIALS_DIR), so nothing secret is in the database, the API or the audit log.
+IN_CLUSTER = "in-cluster"
+_CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+@dataclass(frozen=True)
+class CredentialsRef:
+    kind: str  # "none", "in-cluster", "token" or "kubeconfig"
+    name: str = ""  # the file's name in the credentials directory (token and kubeconfig)
+
+
+def parse_credentials_ref(raw: Any) -> CredentialsRef:
+    """Parse a cluster's `credentials_ref`: '', 'in-cluster', 'token:NAME' or 'kubeconfig:NAME'."""
+    text = (raw or "").strip()
+    if not text:
+        return CredentialsRef("none")
+    if text == IN_CLUSTER:
+        return CredentialsRef(IN_CLUSTER)
+    kind, _, name = text.partition(":")
+    if kind in ("token", "kubeconfig") and _CREDENTIAL_NAME.fullmatch(name):
+        return CredentialsRef(kind, name)
+    raise ValueError(
+        "use 'token:NAME' (a bearer token file) or 'kubeconfig:NAME' (a kubeconfig file), NAME being a file in "
+        "the mounted credentials directory (letters, digits, '.', '_', '-'); 'in-cluster' for Headroom's own "
+        "service account; or leave it empty for an API that needs no credentials"
+    )
+

@@ -70,7 +70,10 @@ class Cluster(models.Model):
     region = models.CharField(max_length=64, blank=True)
     kube_api_url = models.URLField("Kubernetes API URL", max_length=300)
     # The name of a secret holding the credentials, never the credentials themselves.
-    credentials_ref = models.CharField(max_length=200, blank=True)
+    credentials_ref = models.CharField(
+        max_length=200, blank=True,
+        help_text="Where the credentials are, never the credentials: token:NAME, kubeconfig:NAME (files in the "
+                  "mounted credentials directory), in-cluster, or empty.")
     prometheus_url = models.URLField("Prometheus URL", max_length=300, blank=True)
     time_zone = models.CharField(max_length=64, default="UTC")
     off_hours = models.JSONField(
@@ -92,6 +95,7 @@ class Cluster(models.Model):
             ("time_zone", config.parse_time_zone),
             ("off_hours", config.parse_off_hours),
             ("gpu_prices", config.parse_gpu_prices),
+            ("credentials_ref", config.parse_credentials_ref),
         ):
             try:
                 parse(getattr(self, field))

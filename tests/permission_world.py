@@ -9,20 +9,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
-from controlplane import services
 from controlplane.choices import Channel, Role, SloIndicator
 from controlplane.models import SLO, AuditEvent, Cluster, Membership, Pool, ScheduleWindow, Team
-from scaling import services as scaling
 from scaling.choices import ProposalKind, ProposalState
 from scaling.models import Proposal
 
 ROLES = [Role.VIEWER, Role.OPERATOR, Role.ADMIN]
 SCOPES = ["own", "other", "shared", "unshared"]
-AUTO = services.Actor(user=None, channel=Channel.AUTO)
 
 
 @dataclass
@@ -57,9 +56,12 @@ def _pool(cluster: Cluster, team: Team, name: str) -> Pool:
                                model_name="m", gpu_type="L4", min_replicas=1, max_replicas=8)
     SLO.objects.create(pool=pool, indicator=SloIndicator.TTFT_P95, threshold=1000, objective=0.99)
     ScheduleWindow.objects.create(pool=pool, name="mornings", weekday=0, start="09:00", end="11:00")
-    approved = scaling.propose(pool, 3, ProposalKind.PRESCALE, AUTO, current=1)
-    Proposal.objects.filter(pk=approved.pk).update(state=ProposalState.APPROVED)  # as if approved before
-    scaling.propose(pool, 4, ProposalKind.PRESCALE, AUTO, current=1)  # pending
+    # Made before the scene (the unshared pool's before the rule), so written directly: an approved
+    # proposal whose execution has not run, and a pending one.
+    for target, state in ((3, ProposalState.APPROVED), (4, ProposalState.PENDING)):
+        Proposal.objects.create(pool=pool, kind=ProposalKind.PRESCALE, state=state, current_replicas=1,
+                                target_replicas=target, idempotency_key=f"world-{name}-{target}",
+                                requested_channel=Channel.AUTO, expires_at=timezone.now() + timedelta(minutes=10))
     return pool
 
 

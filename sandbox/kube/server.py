@@ -86,6 +86,9 @@ class KubeApiServer:
         self.faults = KubeFaults()
         self.stopping = False  # ends open watches
         self.pod_fault_hook: PodFaultHook | None = None
+        # When set, every API request must carry "Authorization: Bearer <token>" (401 otherwise),
+        # as a real API server does for a service account or a kubeconfig user.
+        self.required_token: str | None = None
         self.host = host
         self._httpd = _Server((host, port), _Handler)
         self._httpd.api = self
@@ -156,6 +159,8 @@ class _Handler(QuietHandler):
             if parts[:1] == ["sandbox"]:
                 self._send(200, self._sandbox(method, parts[1:], body))
                 return
+            if api.required_token is not None and self.headers.get("Authorization") != f"Bearer {api.required_token}":
+                raise ApiError(401, "Unauthorized")
             if api.faults.latency_s > 0:
                 time.sleep(api.faults.latency_s)
             injected = api.take_fault(method)

@@ -3,15 +3,20 @@
 Scales through the Deployment's /scale subresource with a merge patch that carries the
 resourceVersion it read, so a concurrent writer makes us re-read (409) instead of being overwritten.
 Where KEDA owns the Deployment, the ScaledObject's minReplicaCount is raised instead: writing
-spec.replicas of an autoscaled Deployment would be undone by its HPA.
+spec.replicas of an autoscaled Deployment would be undone by its HPA. Every write re-checks its
+premise on each read (the first and the one after each 409) and writes nothing when it no longer holds.
+Authenticates with a bearer token or a kubeconfig's current context (`KubeCredentials`).
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 
 from kubernetes import client
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
 from scaling.drivers.cluster import DriverError, PremiseChanged, ReplicaStatus, ScaleOutcome, ScalePremise, Workload
@@ -49,15 +54,38 @@ def _driver_error(action: str, exc: Exception) -> DriverError:
     return DriverError(f"{action}: {exc}", permanent=False)
 
 
+@dataclass(frozen=True)
+class KubeCredentials:
+    """How to authenticate: a bearer token, or a kubeconfig file's current context; neither for none."""
+
+    token: str | None = None
+    kubeconfig: str | None = None
+    ca_file: str | None = None  # the API server's CA (with a token); a kubeconfig carries its own
+
+    def __repr__(self) -> str:  # never print a token
+        return f"KubeCredentials(token={'***' if self.token else None}, kubeconfig={self.kubeconfig!r})"
+
+
 class KubernetesDriver:
-    def __init__(self, api_url: str, *, token: str | None = None, timeout_s: float = 10.0, verify_tls: bool = True):
+    def __init__(self, api_url: str, *, credentials: KubeCredentials | None = None, timeout_s: float = 10.0,
+                 verify_tls: bool = True):
+        credentials = credentials or KubeCredentials()
         configuration = client.Configuration()
+        if credentials.kubeconfig:
+            try:
+                kube_config.load_kube_config(config_file=credentials.kubeconfig, client_configuration=configuration,
+                                             persist_config=False)
+            except (ConfigException, OSError, ValueError) as exc:
+                raise DriverError(f"kubeconfig {credentials.kubeconfig}: {exc}", permanent=True) from None
+        # The cluster's own address wins: the kubeconfig lends its user and TLS settings.
         configuration.host = api_url.rstrip("/")
         configuration.verify_ssl = verify_tls
         configuration.retries = 0  # retries are ours and bounded, never hidden in urllib3
-        if token:
-            configuration.api_key = {"authorization": token}
-            configuration.api_key_prefix = {"authorization": "Bearer"}
+        if credentials.token:
+            configuration.api_key = {"BearerToken": credentials.token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        if credentials.ca_file:
+            configuration.ssl_ca_cert = credentials.ca_file
         self._api_client = client.ApiClient(configuration)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)

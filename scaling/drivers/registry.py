@@ -1,12 +1,45 @@
-"""Which ClusterDriver serves a cluster. The one place that knows the backends."""
+"""Which ClusterDriver serves a cluster, with which credentials. The one place that knows the backends."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from django.conf import settings
 
+from controlplane import config
 from controlplane.choices import ScalingTarget
 from controlplane.models import Cluster, Pool
 from scaling.drivers.cluster import ClusterDriver, DriverError, Workload
-from scaling.drivers.kubernetes import KubernetesDriver
+from scaling.drivers.kubernetes import KubeCredentials, KubernetesDriver
+
+# Where Kubernetes mounts a pod's service account (Headroom's own, when it runs in the cluster).
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise DriverError(f"cannot read the {what} at {path}: {exc.strerror}", permanent=True) from None
+
+
+def credentials(cluster: Cluster) -> KubeCredentials:
+    """The credentials a cluster's `credentials_ref` points at (read at each use, so a rotated Secret applies)."""
+    try:
+        ref = config.parse_credentials_ref(cluster.credentials_ref)
+    except ValueError as exc:
+        raise DriverError(f"cluster {cluster.name}: credentials_ref: {exc}", permanent=True) from None
+    folder = Path(settings.KUBE_CREDENTIALS_DIR)
+    if ref.kind == "token":
+        return KubeCredentials(token=_read(folder / ref.name, f"token of cluster {cluster.name}"))
+    if ref.kind == "kubeconfig":
+        path = folder / ref.name
+        _read(path, f"kubeconfig of cluster {cluster.name}")
+        return KubeCredentials(kubeconfig=str(path))
+    if ref.kind == config.IN_CLUSTER:
+        ca = SERVICE_ACCOUNT_DIR / "ca.crt"
+        return KubeCredentials(token=_read(SERVICE_ACCOUNT_DIR / "token", "service account token"),
+                               ca_file=str(ca) if ca.exists() else None)
+    return KubeCredentials()
 
 
 def cluster_driver(cluster: Cluster) -> ClusterDriver:
@@ -14,7 +47,8 @@ def cluster_driver(cluster: Cluster) -> ClusterDriver:
         raise DriverError(
             "the Kubernetes integration is off (set KUBERNETES_ENABLED=true to act on clusters)", permanent=True
         )
-    return KubernetesDriver(cluster.kube_api_url, timeout_s=settings.KUBERNETES_TIMEOUT_S)
+    return KubernetesDriver(cluster.kube_api_url, credentials=credentials(cluster),
+                            timeout_s=settings.KUBERNETES_TIMEOUT_S)
 
 
 def workload_of(pool: Pool) -> Workload:

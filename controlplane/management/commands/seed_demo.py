@@ -75,7 +75,7 @@ class Command(BaseCommand):
                     "time_zone": spec["time_zone"],
                     "kube_api_url": options["kube_api_url"],
                     "prometheus_url": options["prometheus_url"],
-                    "credentials_ref": f"secret/headroom/{spec['name']}-kubeconfig",
+                    "credentials_ref": f"kubeconfig:{spec['name']}",
                     "off_hours": [{"weekdays": [5, 6], "start": "00:00", "end": "23:59"},
                                   {"weekdays": [0, 1, 2, 3, 4], "start": "22:00", "end": "06:00"}],
                     "gpu_prices": GPU_PRICES,
