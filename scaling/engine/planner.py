@@ -74,6 +74,10 @@ class PoolPlan:
     slo_latency_s: float = 1.0  # the objective the capacity is stated at
     unloaded_latency_s: float = 0.2  # the profile's latency with no queue
     slo_signal: str = "ttft_p95_s"  # the PoolSignals field compared with the expected latency
+    # The profile's latency between no load and the SLO: (share of stated capacity, latency s)
+    # points, e.g. from the load test that measured the capacity; empty: linear from unloaded
+    # latency to the SLO. The capacity correction is only as right as this shape.
+    latency_curve: tuple[tuple[float, float], ...] = ()
     cold_start_p95_s: float = 90.0
     decision_delay_s: float = 30.0  # a tick, approval and the API call before a replica is requested
     warm_pool_fraction: float = 0.4
@@ -102,6 +106,9 @@ class PoolPlan:
     prescale_ratio: float = 3.0
     prescale_horizon_s: float = 1800.0
     prescale_buffer: float = 0.5
+    # After a proposal, none for this long unless it asks for more than the last one plus its
+    # buffer (a proposal made, approved or rejected, is not made again every tick).
+    prescale_cooldown_s: float = 900.0
     # The forecast's upper band is believed up to this multiple of the recent peak (on/off traffic
     # makes a log-scale band explode; a ramp still gets room to grow).
     recent_peak_factor: float = 1.0
@@ -170,6 +177,7 @@ class PlannerState:
     scale_events: tuple[tuple[float, int], ...] = ()  # (at, replica change) inside the rate periods
     capacity_correction: float = 1.0
     last_prescale_at_s: float | None = None
+    last_prescale_target: int | None = None  # the last proposal's replicas (the cooldown compares with it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +188,7 @@ class PlannerState:
             "scale_events": [list(e) for e in self.scale_events],
             "capacity_correction": self.capacity_correction,
             "last_prescale_at_s": self.last_prescale_at_s,
+            "last_prescale_target": self.last_prescale_target,
         }
 
     @classmethod
@@ -192,6 +201,7 @@ class PlannerState:
             scale_events=tuple((float(t), int(c)) for t, c in data.get("scale_events", [])),
             capacity_correction=float(data.get("capacity_correction", 1.0)),
             last_prescale_at_s=data.get("last_prescale_at_s"),
+            last_prescale_target=data.get("last_prescale_target"),
         )
 
 
@@ -237,12 +247,28 @@ def _waiting_per_ready(signals: PoolSignals, ready: int | None) -> list[float | 
 
 
 def expected_latency_s(pool: PoolPlan, load: float) -> float:
-    """The profile's latency at `load` (share of stated capacity in use): linear up to the SLO."""
-    return pool.unloaded_latency_s + (pool.slo_latency_s - pool.unloaded_latency_s) * min(max(load, 0.0), 1.0)
+    """The profile's latency at `load` (share of the capacity in use): its curve, up to the SLO at 1.
+
+    Piecewise linear through (0, unloaded), the `latency_curve` points and (1, SLO); without a
+    curve, a straight line.
+    """
+    points = [(0.0, pool.unloaded_latency_s)]
+    points += sorted((x, y) for x, y in pool.latency_curve if 0.0 < x < 1.0)
+    points.append((1.0, pool.slo_latency_s))
+    load = min(max(load, 0.0), 1.0)
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if load <= x1:
+            return y0 + (y1 - y0) * (load - x0) / (x1 - x0) if x1 > x0 else y1
+    return pool.slo_latency_s
 
 
 def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals, ready: int | None) -> tuple[float, str | None]:
-    """Move the capacity correction toward expected/observed latency, when the load says anything."""
+    """Move the capacity correction toward expected/observed latency, when the load says anything.
+
+    The correction is true capacity / stated capacity, so a pool at `load` of its stated capacity
+    runs at `load / correction` of the capacity believed in; the profile's latency there is what
+    the observed latency is compared with. Too slow: less capacity than believed; too fast: more.
+    """
     observed = signals.readings().get(pool.slo_signal)
     rate = signals.request_rate_rps
     if observed is None or not (observed.is_known and rate.is_known and ready):
@@ -253,10 +279,11 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
     over_slo = latency > pool.slo_latency_s
     if latency <= 0 or (load < pool.correction_min_load and not over_slo):
         return state.capacity_correction, None
-    if load * state.capacity_correction > 1.0:
+    believed_load = load / state.capacity_correction
+    if believed_load > 1.0:
         # Past the capacity it believes in, latency is the queue's: no evidence about capacity.
         return state.capacity_correction, None
-    ratio = min(max(expected_latency_s(pool, load * state.capacity_correction) / latency, 0.5), 2.0)
+    ratio = min(max(expected_latency_s(pool, believed_load) / latency, 0.5), 2.0)
     step = ratio**pool.correction_gain
     updated = min(max(state.capacity_correction * step, pool.correction_min), pool.correction_max)
     return updated, CAPACITY_CORRECTED if abs(updated - state.capacity_correction) > 1e-9 else None

@@ -330,6 +330,38 @@ def test_it_corrects_capacity_by_observed_latency(case, rate, ttft_p95, directio
     assert POOL.correction_min * 10 <= decision.capacity_per_replica_rps <= POOL.correction_max * 10
 
 
+def _linear_latency(share: float) -> float:
+    return 0.2 + 0.8 * share
+
+
+def _steep_latency(share: float) -> float:
+    # Flat while the batch has room, then a queue's knee: 0.2 s unloaded, the SLO (1 s) at capacity.
+    return 0.2 + 0.8 * (share / (1.1 - share)) / 10.0
+
+
+# The steep pool's profile states its shape, as a load test at the stated capacity would measure it.
+STEEP_CURVE = tuple((share, _steep_latency(share)) for share in (0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95))
+
+
+@pytest.mark.parametrize("truth", [0.8, 1.0, 1.2])
+@pytest.mark.parametrize(("shape", "curve"), [(_linear_latency, ()), (_steep_latency, STEEP_CURVE)],
+                         ids=["linear", "steep-near-saturation"])
+def test_the_capacity_correction_converges_to_the_true_capacity(truth, shape, curve):
+    # 10 ready replicas stated at 10 req/s each that really serve `truth` x 10; the load swings
+    # between 55 % and 95 % of the true capacity over an hour; the latency has 10 % noise.
+    pool = dataclasses.replace(POOL, latency_curve=curve, slo_latency_s=1.0, unloaded_latency_s=0.2)
+    rng = np.random.default_rng(7)
+    state, corrections = PlannerState(), []
+    for tick in range(2000):
+        share = 0.75 + 0.2 * math.sin(2 * math.pi * tick / 240) + rng.uniform(-0.05, 0.05)
+        latency = shape(share) * math.exp(rng.normal(0.0, 0.1))
+        sig = signals(ready=10, rate=share * truth * 10.0 * 10, ttft_p95=latency)
+        state = plan(inputs(sig, lead=None, now=NOW + 15 * tick), pool, state).state
+        corrections.append(state.capacity_correction)
+    settled = float(np.mean(corrections[-500:]))  # the last two hours
+    assert abs(settled / truth - 1) < 0.05, (truth, settled)
+
+
 # ---------------------------------------------------------------------------- state
 
 
