@@ -51,6 +51,8 @@ CAPPED_MAX = "CappedByMaxReplicas"
 RAISED_MIN = "RaisedToMinReplicas"
 PRESCALE = "PreScaleProposed"
 PRESCALE_HOLD = "PreScaleApproved"
+PRESCALE_COOLDOWN = "PreScaleCoolingDown"
+NO_QUEUE_SOURCE = "NoReadyReplicaToReadQueue"
 CAPACITY_CORRECTED = "CapacityCorrectedByLatency"
 
 
@@ -368,7 +370,13 @@ def expected_peak_rps(inputs: PlanInput) -> float | None:
 
 
 def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
+    """A known window's factor applied to its expected rate: the window's own, else the forecast's
+    expected peak, else (no forecast: exactly when the fallback needs the schedule) the recent peak."""
     now, peak = inputs.now_s, expected_peak_rps(inputs)
+    recent = inputs.recent_peak_rps
+    from_recent = peak is None and recent is not None and math.isfinite(recent)
+    if from_recent:
+        peak = recent
     active = [w for w in inputs.windows if w.start_s - pool.lead_s <= now < w.end_s]
     best: tuple[int, ScheduleWindow, float] | None = None
     for window in active:
@@ -382,7 +390,8 @@ def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Te
         return Term(SCHEDULED, None, {"active_windows": float(len(active))})
     replicas, window, rate = best
     return Term(SCHEDULED, replicas, {"window_start_s": window.start_s, "window_end_s": window.end_s,
-                                      "expected_rps": rate, "prescale_factor": window.prescale_factor})
+                                      "expected_rps": rate, "prescale_factor": window.prescale_factor,
+                                      "from_recent_peak": float(from_recent and window.expected_rps is None)})
 
 
 def warm_floor_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
@@ -412,13 +421,26 @@ def prescale_proposal(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, cu
     return PreScaleProposal(target, current_rps, peak.expected_rps, round(ratio, 3), warm, peak.horizon_s)
 
 
+def _prescale_cooling_down(proposal: PreScaleProposal, pool: PoolPlan, state: PlannerState, now: float) -> bool:
+    """A proposal was made within the cooldown and this one asks for no more than it plus its buffer."""
+    if state.last_prescale_at_s is None or now - state.last_prescale_at_s >= pool.prescale_cooldown_s:
+        return False
+    if state.last_prescale_target is None:  # a state saved before the target was kept
+        return True
+    return proposal.target_replicas < state.last_prescale_target * (1 + pool.prescale_buffer)
+
+
 # ---------------------------------------------------------------------------- guardrails
 
 
 def _guard(raw: int, current: int, now: float, pool: PoolPlan, state: PlannerState, hold: bool) -> tuple[int, list[str], PlannerState]:
     reasons: list[str] = []
     window_start = now - pool.scale_down_window_s
-    recommendations = tuple(r for r in state.recommendations if r[0] > window_start) + ((now, raw),)
+    # A state with no history (first tick, or a restart without the saved state) remembers the
+    # current count as its first recommendation, as the HPA does (recordInitialRecommendation):
+    # a controller that just started has not seen the load that set the current count.
+    history = state.recommendations or ((now, current),)
+    recommendations = tuple(r for r in history if r[0] > window_start) + ((now, raw),)
     target = raw
     if target < current:
         ceiling = max(r for _, r in recommendations)
@@ -467,7 +489,11 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     queue_known = (any(v is not None for v in _waiting_per_ready(signals, ready))
                    or _queue_with_none_ready(signals, ready) is not None)
     key_known = queue_known and ready is not None and current is not None
-    last_known = now if key_known else state.last_known_at_s
+    # With no replica ready nothing in the pool exports vLLM's queue: unless a queue in front of
+    # vLLM (the route's gateway) is read, its absence is expected, not a stale signal (hold, but
+    # no fallback and no staleness alert).
+    no_queue_source = ready == 0 and current is not None and not queue_known
+    last_known = now if key_known or no_queue_source else state.last_known_at_s
     unknown_for = 0.0 if key_known else (now - last_known if last_known is not None else math.inf)
     staleness_alert = unknown_for >= pool.stale_alert_after_s
     reasons: list[str] = []
@@ -477,6 +503,8 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     state = replace(state, capacity_correction=correction, last_known_at_s=last_known)
     if corrected:
         reasons.append(corrected)
+    if no_queue_source:
+        reasons.append(NO_QUEUE_SOURCE)
 
     predictive = predictive_term(inputs, pool, capacity_rps, ready)
     scheduled = scheduled_term(inputs, pool, capacity_rps)
@@ -526,9 +554,12 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
         state = replace(state, last_good_target=target)
 
     proposal = prescale_proposal(inputs, pool, capacity_rps, current) if key_known else None
+    if proposal is not None and _prescale_cooling_down(proposal, pool, state, now):
+        proposal = None
+        reasons.append(PRESCALE_COOLDOWN)
     if proposal is not None:
         reasons.append(PRESCALE)
-        state = replace(state, last_prescale_at_s=now)
+        state = replace(state, last_prescale_at_s=now, last_prescale_target=proposal.target_replicas)
     return Decision(
         target_replicas=target,
         current_replicas=current,
