@@ -3,8 +3,8 @@
 Each tick the policy turns the observation into `PoolSignals` (all fresh: the simulator's metrics
 never go missing), forecasts the request rate from the rates it has observed so far (causal: it
 never looks at the workload ahead; `scaling.engine.forecast`: the lead-time forecast is the
-self-tuned damped trend on 60-s bins, remade every tick; the peak within the next 30 minutes the
-adaptive blend on 10-minute bins, `forecast_peak`) and runs the planner. A pre-scale proposal is approved automatically
+self-tuned damped trend on 60-s bins, remade every tick; the 30-minute one the adaptive blend on
+10-minute bins) and runs the planner. A pre-scale proposal is approved automatically
 `approval_delay_s` after it is made (default 60 s: a human clicking in Slack) and then held as a
 floor until the 30-minute horizon it was made for has passed.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scaling.engine.forecast import forecast, forecast_peak
+from scaling.engine.forecast import forecast
 from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, plan
 from scaling.engine.queue_depth import QueueDepthPolicy
 from scaling.engine.rate_series import from_values
@@ -146,13 +146,14 @@ class HeadroomPolicy:
         if now - state.seasonal_at_s >= self.seasonal_every_s - 1e-9 or state.seasonal is None:
             daily = _binned(rates, SEASONAL_BIN_S, self.tick_s)
             source = from_values(daily, SEASONAL_BIN_S) if len(daily) >= 2 else from_values(recent, self.forecast_bin_s)
-            made = forecast_peak(source, self.pool.prescale_horizon_s)  # the peak within the next 30 minutes
-            state.seasonal = ForecastPoint(made.horizon_s, made.expected_rps, made.p90_rps)
+            made = forecast(source, self.pool.prescale_horizon_s)
+            state.seasonal = ForecastPoint(self.pool.prescale_horizon_s, made.expected_rps, made.p90_rps)
             state.seasonal_at_s = now
         far = state.seasonal
-        # Both lie within the pre-scale horizon: the peak within it is the higher of the two.
+        # The larger of two points, as the live loop does (scaling/loop.py `forecasts`); the engine's
+        # `forecast_peak` (the peak within the window) waits for the one decide step both will call.
         peak = far if far.usable and far.expected_rps >= lead.expected_rps else lead
-        return lead, ForecastPoint(peak.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps))
+        return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps))
 
     def _approve(self, now: float, decision: Decision, state: HeadroomState) -> None:
         if state.pending is not None and now >= state.pending[0]:
