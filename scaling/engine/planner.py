@@ -51,6 +51,8 @@ CAPPED_MAX = "CappedByMaxReplicas"
 RAISED_MIN = "RaisedToMinReplicas"
 PRESCALE = "PreScaleProposed"
 PRESCALE_HOLD = "PreScaleApproved"
+PRESCALE_COOLDOWN = "PreScaleCoolingDown"
+NO_QUEUE_SOURCE = "NoReadyReplicaToReadQueue"
 CAPACITY_CORRECTED = "CapacityCorrectedByLatency"
 
 
@@ -74,6 +76,10 @@ class PoolPlan:
     slo_latency_s: float = 1.0  # the objective the capacity is stated at
     unloaded_latency_s: float = 0.2  # the profile's latency with no queue
     slo_signal: str = "ttft_p95_s"  # the PoolSignals field compared with the expected latency
+    # The profile's latency between no load and the SLO: (share of stated capacity, latency s)
+    # points, e.g. from the load test that measured the capacity; empty: linear from unloaded
+    # latency to the SLO. The capacity correction is only as right as this shape.
+    latency_curve: tuple[tuple[float, float], ...] = ()
     cold_start_p95_s: float = 90.0
     decision_delay_s: float = 30.0  # a tick, approval and the API call before a replica is requested
     warm_pool_fraction: float = 0.4
@@ -102,6 +108,9 @@ class PoolPlan:
     prescale_ratio: float = 3.0
     prescale_horizon_s: float = 1800.0
     prescale_buffer: float = 0.5
+    # After a proposal, none for this long unless it asks for more than the last one plus its
+    # buffer (a proposal made, approved or rejected, is not made again every tick).
+    prescale_cooldown_s: float = 900.0
     # The forecast's upper band is believed up to this multiple of the recent peak (on/off traffic
     # makes a log-scale band explode; a ramp still gets room to grow).
     recent_peak_factor: float = 1.0
@@ -170,6 +179,7 @@ class PlannerState:
     scale_events: tuple[tuple[float, int], ...] = ()  # (at, replica change) inside the rate periods
     capacity_correction: float = 1.0
     last_prescale_at_s: float | None = None
+    last_prescale_target: int | None = None  # the last proposal's replicas (the cooldown compares with it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +190,7 @@ class PlannerState:
             "scale_events": [list(e) for e in self.scale_events],
             "capacity_correction": self.capacity_correction,
             "last_prescale_at_s": self.last_prescale_at_s,
+            "last_prescale_target": self.last_prescale_target,
         }
 
     @classmethod
@@ -192,6 +203,7 @@ class PlannerState:
             scale_events=tuple((float(t), int(c)) for t, c in data.get("scale_events", [])),
             capacity_correction=float(data.get("capacity_correction", 1.0)),
             last_prescale_at_s=data.get("last_prescale_at_s"),
+            last_prescale_target=data.get("last_prescale_target"),
         )
 
 
@@ -237,12 +249,28 @@ def _waiting_per_ready(signals: PoolSignals, ready: int | None) -> list[float | 
 
 
 def expected_latency_s(pool: PoolPlan, load: float) -> float:
-    """The profile's latency at `load` (share of stated capacity in use): linear up to the SLO."""
-    return pool.unloaded_latency_s + (pool.slo_latency_s - pool.unloaded_latency_s) * min(max(load, 0.0), 1.0)
+    """The profile's latency at `load` (share of the capacity in use): its curve, up to the SLO at 1.
+
+    Piecewise linear through (0, unloaded), the `latency_curve` points and (1, SLO); without a
+    curve, a straight line.
+    """
+    points = [(0.0, pool.unloaded_latency_s)]
+    points += sorted((x, y) for x, y in pool.latency_curve if 0.0 < x < 1.0)
+    points.append((1.0, pool.slo_latency_s))
+    load = min(max(load, 0.0), 1.0)
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if load <= x1:
+            return y0 + (y1 - y0) * (load - x0) / (x1 - x0) if x1 > x0 else y1
+    return pool.slo_latency_s
 
 
 def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals, ready: int | None) -> tuple[float, str | None]:
-    """Move the capacity correction toward expected/observed latency, when the load says anything."""
+    """Move the capacity correction toward expected/observed latency, when the load says anything.
+
+    The correction is true capacity / stated capacity, so a pool at `load` of its stated capacity
+    runs at `load / correction` of the capacity believed in; the profile's latency there is what
+    the observed latency is compared with. Too slow: less capacity than believed; too fast: more.
+    """
     observed = signals.readings().get(pool.slo_signal)
     rate = signals.request_rate_rps
     if observed is None or not (observed.is_known and rate.is_known and ready):
@@ -253,10 +281,11 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
     over_slo = latency > pool.slo_latency_s
     if latency <= 0 or (load < pool.correction_min_load and not over_slo):
         return state.capacity_correction, None
-    if load * state.capacity_correction > 1.0:
+    believed_load = load / state.capacity_correction
+    if believed_load > 1.0:
         # Past the capacity it believes in, latency is the queue's: no evidence about capacity.
         return state.capacity_correction, None
-    ratio = min(max(expected_latency_s(pool, load * state.capacity_correction) / latency, 0.5), 2.0)
+    ratio = min(max(expected_latency_s(pool, believed_load) / latency, 0.5), 2.0)
     step = ratio**pool.correction_gain
     updated = min(max(state.capacity_correction * step, pool.correction_min), pool.correction_max)
     return updated, CAPACITY_CORRECTED if abs(updated - state.capacity_correction) > 1e-9 else None
@@ -341,7 +370,13 @@ def expected_peak_rps(inputs: PlanInput) -> float | None:
 
 
 def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
+    """A known window's factor applied to its expected rate: the window's own, else the forecast's
+    expected peak, else (no forecast: exactly when the fallback needs the schedule) the recent peak."""
     now, peak = inputs.now_s, expected_peak_rps(inputs)
+    recent = inputs.recent_peak_rps
+    from_recent = peak is None and recent is not None and math.isfinite(recent)
+    if from_recent:
+        peak = recent
     active = [w for w in inputs.windows if w.start_s - pool.lead_s <= now < w.end_s]
     best: tuple[int, ScheduleWindow, float] | None = None
     for window in active:
@@ -355,7 +390,8 @@ def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Te
         return Term(SCHEDULED, None, {"active_windows": float(len(active))})
     replicas, window, rate = best
     return Term(SCHEDULED, replicas, {"window_start_s": window.start_s, "window_end_s": window.end_s,
-                                      "expected_rps": rate, "prescale_factor": window.prescale_factor})
+                                      "expected_rps": rate, "prescale_factor": window.prescale_factor,
+                                      "from_recent_peak": float(from_recent and window.expected_rps is None)})
 
 
 def warm_floor_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
@@ -385,13 +421,26 @@ def prescale_proposal(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, cu
     return PreScaleProposal(target, current_rps, peak.expected_rps, round(ratio, 3), warm, peak.horizon_s)
 
 
+def _prescale_cooling_down(proposal: PreScaleProposal, pool: PoolPlan, state: PlannerState, now: float) -> bool:
+    """A proposal was made within the cooldown and this one asks for no more than it plus its buffer."""
+    if state.last_prescale_at_s is None or now - state.last_prescale_at_s >= pool.prescale_cooldown_s:
+        return False
+    if state.last_prescale_target is None:  # a state saved before the target was kept
+        return True
+    return proposal.target_replicas < state.last_prescale_target * (1 + pool.prescale_buffer)
+
+
 # ---------------------------------------------------------------------------- guardrails
 
 
 def _guard(raw: int, current: int, now: float, pool: PoolPlan, state: PlannerState, hold: bool) -> tuple[int, list[str], PlannerState]:
     reasons: list[str] = []
     window_start = now - pool.scale_down_window_s
-    recommendations = tuple(r for r in state.recommendations if r[0] > window_start) + ((now, raw),)
+    # A state with no history (first tick, or a restart without the saved state) remembers the
+    # current count as its first recommendation, as the HPA does (recordInitialRecommendation):
+    # a controller that just started has not seen the load that set the current count.
+    history = state.recommendations or ((now, current),)
+    recommendations = tuple(r for r in history if r[0] > window_start) + ((now, raw),)
     target = raw
     if target < current:
         ceiling = max(r for _, r in recommendations)
@@ -449,7 +498,11 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     queue_known = (any(v is not None for v in _waiting_per_ready(signals, ready))
                    or _queue_with_none_ready(signals, ready) is not None)
     key_known = queue_known and ready is not None and current is not None
-    last_known = now if key_known else state.last_known_at_s
+    # With no replica ready nothing in the pool exports vLLM's queue: unless a queue in front of
+    # vLLM (the route's gateway) is read, its absence is expected, not a stale signal (hold, but
+    # no fallback and no staleness alert).
+    no_queue_source = ready == 0 and current is not None and not queue_known
+    last_known = now if key_known or no_queue_source else state.last_known_at_s
     unknown_for = 0.0 if key_known else (now - last_known if last_known is not None else math.inf)
     staleness_alert = unknown_for >= pool.stale_alert_after_s
     reasons: list[str] = []
@@ -459,6 +512,8 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     state = replace(state, capacity_correction=correction, last_known_at_s=last_known)
     if corrected:
         reasons.append(corrected)
+    if no_queue_source:
+        reasons.append(NO_QUEUE_SOURCE)
 
     predictive = predictive_term(inputs, pool, capacity_rps, ready)
     scheduled = scheduled_term(inputs, pool, capacity_rps)
@@ -508,9 +563,12 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
         state = replace(state, last_good_target=target)
 
     proposal = prescale_proposal(inputs, pool, capacity_rps, current) if key_known else None
+    if proposal is not None and _prescale_cooling_down(proposal, pool, state, now):
+        proposal = None
+        reasons.append(PRESCALE_COOLDOWN)
     if proposal is not None:
         reasons.append(PRESCALE)
-        state = replace(state, last_prescale_at_s=now)
+        state = replace(state, last_prescale_at_s=now, last_prescale_target=proposal.target_replicas)
     return Decision(
         target_replicas=target,
         current_replicas=current,

@@ -19,7 +19,7 @@ from scaling.engine.hpa_spec import (
     ScalingPolicy,
     ScalingRules,
 )
-from scaling.engine.replicas import MetricObservation, decide
+from scaling.engine.replicas import HpaError, MetricObservation, decide, metrics_recommendation
 
 QUEUE_DEPTH_METRIC = "vllm:num_requests_waiting"
 
@@ -85,13 +85,16 @@ def decide_on_queue_depth(
         ),
         behavior=policy.behavior,
     )
-    outcome = decide(
-        spec,
-        current_replicas,
-        state,
-        now_s,
-        pods=pods,
-        observations=[MetricObservation(pod_values=tuple(values))],
-        options=ControllerOptions(tolerance=policy.tolerance),
-    )
-    return QueueDepthDecision(outcome.desired_replicas, outcome.metric_recommendation, outcome.reason, outcome.state)
+    observations = [MetricObservation(pod_values=tuple(values))]
+    options = ControllerOptions(tolerance=policy.tolerance)
+    outcome = decide(spec, current_replicas, state, now_s, pods=pods, observations=observations, options=options)
+    recommendation = outcome.metric_recommendation
+    if recommendation is None:
+        # Outside min/max (or at 0 with min > 0) the HPA moves to the bound without reading the
+        # metric; the queue still says how many replicas it needs, and a pool below its minimum
+        # with a deep queue needs more than the minimum.
+        try:
+            recommendation = metrics_recommendation(spec, current_replicas, pods, observations, options)
+        except HpaError:
+            recommendation = None
+    return QueueDepthDecision(outcome.desired_replicas, recommendation, outcome.reason, outcome.state)

@@ -141,3 +141,19 @@ def test_it_scores_a_forecast_when_its_actual_arrives() -> None:
     assert not miss.covered and miss.overshoot is None
     idle = score_forecast(made, 0.0)
     assert idle.covered and idle.percentage_error is None and idle.overshoot is None
+
+
+def test_its_peak_is_the_highest_forecast_within_the_window_not_at_its_end() -> None:
+    from scaling.engine.forecast import forecast_peak
+
+    # Three days of 10-minute bins at 10 req/s with a 10-minute spike to 100 every day; the series
+    # ends just before the next spike: it is 10 minutes out and over by minute 30.
+    day = np.full(144, 10.0)
+    day[100] = 100.0
+    series = from_values(np.tile(day, 4)[: 3 * 144 + 100], 600.0)
+
+    at_30 = forecast(series, 1800.0, "seasonal-daily")
+    peak = forecast_peak(series, 1800.0, "seasonal-daily")
+    assert at_30.expected_rps == pytest.approx(10.0)
+    assert peak.expected_rps == pytest.approx(100.0) and peak.horizon_s == 600.0
+    assert peak.p90_rps >= peak.expected_rps

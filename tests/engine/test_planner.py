@@ -55,7 +55,8 @@ def inputs(sig: PoolSignals | None = None, lead: tuple[float, float] | None = (3
 
 
 def good_state(target: int = 6, known_at: float = NOW - 15) -> PlannerState:
-    return PlannerState(last_known_at_s=known_at, last_good_target=target)
+    # A planner that has been running: its one recommendation has left the scale-down window.
+    return PlannerState(last_known_at_s=known_at, last_good_target=target, recommendations=((NOW - 400, target),))
 
 
 # ---------------------------------------------------------------------------- the four terms
@@ -223,6 +224,30 @@ def test_it_falls_back_to_the_schedule_after_60_s_unknown():
     assert p.SIGNALS_FALLBACK in decision.reasons
 
 
+@pytest.mark.parametrize(
+    ("case", "sig", "state", "expected_term", "expected_target"),
+    [
+        # The window's factor (+40 %) on the 100 req/s recent peak: 14 replicas of 10 req/s.
+        ("signals known, no forecast: the window applies to the recent peak", signals(ready=6), good_state(), 14, 12),
+        ("signals unknown for 75 s, no forecast: the fallback still has the schedule",
+         signals(ready=6, queue=None), good_state(target=6, known_at=NOW - 75), 14, 12),
+    ],
+)
+def test_a_scheduled_window_works_without_a_forecast(case, sig, state, expected_term, expected_target):
+    window = ScheduleWindow(NOW - 100, NOW + 3600, 0.4)  # no expected rate of its own
+    decision = plan(inputs(sig, lead=None, windows=(window,), recent_peak=100.0), POOL, state)
+    term = decision.term(p.SCHEDULED)
+    assert term.replicas == expected_term and term.numbers["from_recent_peak"] == 1.0, case
+    assert decision.target_replicas == expected_target, case  # +100 % a tick toward it
+
+
+def test_a_scheduled_window_prefers_the_forecast_peak_to_the_recent_peak():
+    window = ScheduleWindow(NOW - 100, NOW + 3600, 0.4)
+    decision = plan(inputs(lead=(50.0, 60.0), windows=(window,), recent_peak=100.0), POOL, good_state())
+    assert decision.term(p.SCHEDULED).replicas == 7  # 50 x 1.4 / 10
+    assert decision.term(p.SCHEDULED).numbers["from_recent_peak"] == 0.0
+
+
 def test_it_keeps_the_last_good_target_across_unknown_ticks():
     state = good_state(target=9, known_at=NOW - 200)
     for tick in range(3):
@@ -230,6 +255,24 @@ def test_it_keeps_the_last_good_target_across_unknown_ticks():
         state = decision.state
         assert decision.target_replicas == 9 and decision.staleness_alert
     assert state.last_good_target == 9
+
+
+def test_a_pool_at_zero_replicas_is_not_a_staleness_alert():
+    # Scaled to zero: no vLLM replica exports a queue, so its absence is expected, not stale.
+    pool = dataclasses.replace(POOL, min_replicas=0)
+    state = PlannerState(last_known_at_s=NOW - 3600, last_good_target=0, recommendations=((NOW - 3600, 0),))
+    for tick in range(3):
+        decision = plan(inputs(signals(ready=0, queue=None, rate=None), lead=None, now=NOW + 15 * tick), pool, state)
+        state = decision.state
+        assert not decision.staleness_alert and decision.signals_unknown_for_s == 0.0
+        assert decision.target_replicas == 0 and decision.hold
+        assert p.NO_QUEUE_SOURCE in decision.reasons and p.SIGNALS_FALLBACK not in decision.reasons
+    # A queue read in front of vLLM (the route's gateway) activates it as before.
+    woken = plan(inputs(signals(ready=0, queue=12.0, rate=None), lead=None, now=NOW + 60), pool, state)
+    assert woken.target_replicas == 3 and not woken.hold
+    # Once replicas are ready their queue must come: unknown from then on is stale again.
+    up = plan(inputs(signals(ready=3, queue=None), lead=None, now=NOW + 300), pool, woken.state)
+    assert up.signals_unknown_for_s == 240.0 and up.staleness_alert
 
 
 def test_it_holds_when_even_the_replica_counts_are_unknown():
@@ -250,7 +293,8 @@ def test_it_holds_when_even_the_replica_counts_are_unknown():
         ("scale-up at most max(+4, +100 %) per 15 s", POOL, inputs(signals(ready=3), lead=(200.0, 250.0)), good_state(),
          7, p.RATE_LIMITED_UP),
         ("min replicas is a floor", dataclasses.replace(POOL, min_replicas=5),
-         inputs(signals(ready=6, rate=0.0), lead=(0.0, 0.0)), PlannerState(last_known_at_s=NOW - 15), 5, None),
+         inputs(signals(ready=6, rate=0.0), lead=(0.0, 0.0)),
+         PlannerState(last_known_at_s=NOW - 15, recommendations=((NOW - 400, 6),)), 5, None),
         ("scale-down waits for the window's highest target", POOL, inputs(signals(ready=10), lead=(10.0, 12.0)),
          PlannerState(last_known_at_s=NOW - 15, recommendations=((NOW - 200, 10),)), 10, p.STABILIZED_DOWN),
         ("after the window, at most a quarter a minute", POOL, inputs(signals(ready=12), lead=(10.0, 12.0)),
@@ -262,6 +306,31 @@ def test_it_applies_the_guardrails(case, pool, plan_input, state, expected, reas
     assert decision.target_replicas == expected, case
     assert reason is None or reason in decision.reasons, case
     assert decision.term(p.WARM_FLOOR).replicas >= pool.min_replicas, case
+
+
+def test_a_fresh_state_does_not_scale_down_on_its_first_tick():
+    # The HPA seeds a new autoscaler's history with the current count (recordInitialRecommendation),
+    # so the scale-down window holds it: a planner that just started has not seen the load that
+    # set the current count.
+    sig = signals(ready=10, rate=5.0)
+    first = plan(inputs(sig, lead=None), POOL, PlannerState())
+    assert first.target_replicas == 10 and p.STABILIZED_DOWN in first.reasons
+    later = plan(inputs(sig, lead=None, now=NOW + 240), POOL, first.state)
+    assert later.target_replicas == 10
+    after_window = plan(inputs(sig, lead=None, now=NOW + 301), POOL, later.state)
+    assert after_window.target_replicas < 10
+
+
+def test_a_fresh_state_still_scales_up_on_its_first_tick():
+    decision = plan(inputs(signals(ready=2, rate=60.0), lead=None), POOL, PlannerState())
+    assert decision.target_replicas == 6  # the load needs 6 (within max(+4, +100 %) a tick)
+
+
+def test_a_pool_below_its_minimum_keeps_its_queue_term():
+    pool = dataclasses.replace(POOL, min_replicas=6)
+    # 3 ready, below the minimum of 6, with 30 waiting on each: the queue asks for 18, not just 6.
+    decision = plan(inputs(signals(ready=3, queue=90.0, rate=60.0), lead=None), pool, good_state())
+    assert decision.term(p.REACTIVE).replicas == 18
 
 
 def test_its_default_scale_up_limit_allows_10x_per_tick():
@@ -323,6 +392,31 @@ def test_it_proposes_a_pre_scale_at_3x_within_30_minutes(case, rate, peak, expec
         assert p.PRESCALE in decision.reasons
 
 
+def test_a_pre_scale_proposal_is_not_made_again_every_tick():
+    sig = signals(ready=2, rate=40.0)
+    first = plan(inputs(sig, lead=(40.0, 40.0), peak=(120.0, 150.0)), POOL, good_state())
+    assert first.prescale.target_replicas == 18
+    # Made (and then approved or rejected): the next ticks inside the cooldown propose nothing.
+    again = plan(inputs(sig, lead=(40.0, 40.0), peak=(120.0, 150.0), now=NOW + 15), POOL, first.state)
+    assert again.prescale is None and p.PRESCALE_COOLDOWN in again.reasons
+    # A forecast that asks for more than the last proposal plus its buffer is news.
+    larger = plan(inputs(sig, lead=(40.0, 40.0), peak=(300.0, 350.0), now=NOW + 30), POOL, again.state)
+    assert larger.prescale.target_replicas == 40
+    # After the cooldown the same forecast is proposed again.
+    later = plan(inputs(sig, lead=(40.0, 40.0), peak=(300.0, 350.0), now=NOW + 30 + POOL.prescale_cooldown_s),
+                 POOL, larger.state)
+    assert later.prescale is not None
+    restored = PlannerState.from_dict(json.loads(json.dumps(larger.state.to_dict())))
+    assert restored == larger.state and restored.last_prescale_target == 40
+
+
+def test_an_old_saved_state_still_loads():
+    old = {"hpa": {}, "last_known_at_s": NOW - 15, "last_good_target": 6, "recommendations": [[NOW - 30, 6]],
+           "scale_events": [], "capacity_correction": 0.9, "last_prescale_at_s": None}
+    state = PlannerState.from_dict(old)
+    assert state.last_prescale_target is None and state.capacity_correction == 0.9
+
+
 def test_it_makes_no_proposal_on_unknown_load():
     decision = plan(inputs(signals(ready=2, rate=None), peak=(300.0, 400.0)), POOL, good_state())
     assert decision.prescale is None
@@ -346,6 +440,38 @@ def test_it_corrects_capacity_by_observed_latency(case, rate, ttft_p95, directio
     change = decision.capacity_per_replica_rps - POOL.capacity_rps_per_replica
     assert (change > 0) - (change < 0) == direction, case
     assert POOL.correction_min * 10 <= decision.capacity_per_replica_rps <= POOL.correction_max * 10
+
+
+def _linear_latency(share: float) -> float:
+    return 0.2 + 0.8 * share
+
+
+def _steep_latency(share: float) -> float:
+    # Flat while the batch has room, then a queue's knee: 0.2 s unloaded, the SLO (1 s) at capacity.
+    return 0.2 + 0.8 * (share / (1.1 - share)) / 10.0
+
+
+# The steep pool's profile states its shape, as a load test at the stated capacity would measure it.
+STEEP_CURVE = tuple((share, _steep_latency(share)) for share in (0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95))
+
+
+@pytest.mark.parametrize("truth", [0.8, 1.0, 1.2])
+@pytest.mark.parametrize(("shape", "curve"), [(_linear_latency, ()), (_steep_latency, STEEP_CURVE)],
+                         ids=["linear", "steep-near-saturation"])
+def test_the_capacity_correction_converges_to_the_true_capacity(truth, shape, curve):
+    # 10 ready replicas stated at 10 req/s each that really serve `truth` x 10; the load swings
+    # between 55 % and 95 % of the true capacity over an hour; the latency has 10 % noise.
+    pool = dataclasses.replace(POOL, latency_curve=curve, slo_latency_s=1.0, unloaded_latency_s=0.2)
+    rng = np.random.default_rng(7)
+    state, corrections = PlannerState(), []
+    for tick in range(2000):
+        share = 0.75 + 0.2 * math.sin(2 * math.pi * tick / 240) + rng.uniform(-0.05, 0.05)
+        latency = shape(share) * math.exp(rng.normal(0.0, 0.1))
+        sig = signals(ready=10, rate=share * truth * 10.0 * 10, ttft_p95=latency)
+        state = plan(inputs(sig, lead=None, now=NOW + 15 * tick), pool, state).state
+        corrections.append(state.capacity_correction)
+    settled = float(np.mean(corrections[-500:]))  # the last two hours
+    assert abs(settled / truth - 1) < 0.05, (truth, settled)
 
 
 # ---------------------------------------------------------------------------- state

@@ -19,7 +19,9 @@ same percentiles from its last minute of steps.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,7 +35,11 @@ from scaling.sim.policies.base import Observation
 from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.workload import Workload
 
+if TYPE_CHECKING:
+    from scaling.sim.result import SimResult
+
 CAPACITY_BISECTION_STEPS = 7
+LATENCY_CURVE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of the load-tested capacity: where the curve is measured
 HISTORY_S = 8 * 86_400.0  # observed rates kept: a week and a day, for daily and weekly seasons
 RECENT_HISTORY_S = 3600.0  # the lead-time forecast looks at the last hour in fine bins
 SEASONAL_BIN_S = 600.0  # the 30-minute forecast uses 10-minute bins over all the history
@@ -146,6 +152,8 @@ class HeadroomPolicy:
             state.seasonal = ForecastPoint(self.pool.prescale_horizon_s, made.expected_rps, made.p90_rps)
             state.seasonal_at_s = now
         far = state.seasonal
+        # The larger of two points, as the live loop does (scaling/loop.py `forecasts`); the engine's
+        # `forecast_peak` (the peak within the window) waits for the one decide step both will call.
         peak = far if far.usable and far.expected_rps >= lead.expected_rps else lead
         return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps))
 
@@ -157,16 +165,15 @@ class HeadroomPolicy:
             state.approved = None
         proposal = decision.prescale
         if proposal is not None and state.pending is None and (state.approved is None or state.approved[0] < proposal.target_replicas):
-            # Held until the forecast horizon it was made for has passed.
-            state.pending = (now + self.approval_delay_s, proposal.target_replicas, now + proposal.horizon_s)
+            # Held until the pre-scale horizon it was made for has passed (the forecast's peak may
+            # come sooner within it, and lasts).
+            state.pending = (now + self.approval_delay_s, proposal.target_replicas, now + self.pool.prescale_horizon_s)
 
 
-def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4, duration_s: float = 600.0) -> float:
-    """Per-replica request rate at which a small pool still meets the TTFT SLO: a load test.
+def _load_test(config: SimConfig, workload: Workload, replicas: int, duration_s: float) -> Callable[[float], SimResult]:
+    """Runs `replicas` warm replicas of the profile under Poisson arrivals at a pool-wide rate.
 
-    Poisson arrivals with prompt and output lengths drawn from the workload's token mix (not its
-    timing), served by `replicas` warm replicas of the profile; bisection on the rate for the
-    configured SLO objective. This is how a pool profile is measured before it takes traffic.
+    Prompt and output lengths are drawn from the workload's token mix (never its timing).
     """
     from scaling.sim.policies.static import StaticPolicy
     from scaling.sim.request_mode import run_request_mode
@@ -174,21 +181,58 @@ def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int =
 
     prompt, output = workload.token_sample()
     rng = np.random.default_rng(config.seed)
-    raw = config.profile.prefill_tokens_per_s / max(float(np.mean(prompt)), 1.0) * replicas
     load_config = replace(config, client=ClientConfig(), queue_limit=None, min_replicas=replicas, max_replicas=replicas)
 
-    def meets(rate: float) -> bool:
+    def run(rate: float) -> SimResult:
         count = int(rate * duration_s)
         arrivals = np.sort(rng.uniform(0, duration_s, count))
         picks = rng.integers(0, len(prompt), count)
         trace = Trace("load-test", arrivals, np.asarray(prompt)[picks], np.asarray(output)[picks])
-        return run_request_mode(trace, load_config, StaticPolicy(replicas)).slo_attainment >= config.slo_objective
+        return run_request_mode(trace, load_config, StaticPolicy(replicas))
+
+    return run
+
+
+def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4, duration_s: float = 600.0) -> float:
+    """Per-replica request rate at which a small pool still meets the TTFT SLO: a load test.
+
+    Poisson arrivals with the workload's token mix on `replicas` warm replicas (`_load_test`);
+    bisection on the rate for the configured SLO objective. This is how a pool profile is
+    measured before it takes traffic.
+    """
+    prompt, _ = workload.token_sample()
+    raw = config.profile.prefill_tokens_per_s / max(float(np.mean(prompt)), 1.0) * replicas
+    run = _load_test(config, workload, replicas, duration_s)
+
+    def meets(rate: float) -> bool:
+        return run(rate).slo_attainment >= config.slo_objective
 
     low, high = 0.0, raw
     for _ in range(CAPACITY_BISECTION_STEPS):
         middle = (low + high) / 2
         low, high = (middle, high) if meets(middle) else (low, middle)
     return max(low, raw * 0.01) / replicas
+
+
+def measured_latency_curve(config: SimConfig, workload: Workload, capacity_rps: float, replicas: int = 4,
+                           duration_s: float = 600.0) -> tuple[tuple[float, float], ...]:
+    """The profile's latency below capacity: the objective's TTFT percentile at a few shares of it.
+
+    The same load test as the capacity's; the capacity correction compares observed latency with
+    this curve. A straight line from the unloaded mean misreads it: on the Azure token mixes the
+    p99 at a quarter of the capacity is already 0.35-0.50 s against an unloaded mean of 0.08-0.14 s,
+    and a pool whose latency stays flat until its batch fills and then rises steeply would read
+    as spare capacity.
+    """
+    run = _load_test(config, workload, replicas, duration_s)
+    percentile = "p99" if slo_signal_for(config.slo_objective) == "ttft_p99_s" else "p95"
+    points, highest = [], 0.0
+    for share in LATENCY_CURVE_SHARES:
+        latency = getattr(run(share * capacity_rps * replicas).ttft_ms, percentile) / 1000.0
+        if math.isfinite(latency):
+            highest = min(max(highest, latency), config.slo_ttft_s)  # non-decreasing, at most the SLO
+            points.append((share, highest))
+    return tuple(points)
 
 
 def _binned(rates: list[float], bin_s: float, tick_s: float) -> np.ndarray:
@@ -204,19 +248,25 @@ def slo_signal_for(objective: float) -> str:
 
 
 def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | None = None) -> PoolPlan:
-    """The planning profile of the simulated pool (see the module docstring)."""
+    """The planning profile of the simulated pool (see the module docstring).
+
+    Without `capacity_rps` both the capacity and the latency curve are load-tested; with it (a
+    shortcut for tests) the curve is the straight line from unloaded latency to the SLO.
+    """
     profile = config.profile
     prompt, _ = workload.token_sample()
     unloaded = float(np.mean(prompt)) / profile.prefill_tokens_per_s + inter_token_seconds(profile, 1)
+    curve: tuple[tuple[float, float], ...] = ()
+    if capacity_rps is None:
+        capacity_rps = measured_capacity_rps(config, workload)
+        curve = measured_latency_curve(config, workload, capacity_rps)
     return PoolPlan(
-        capacity_rps_per_replica=capacity_rps if capacity_rps is not None else measured_capacity_rps(config, workload),
+        capacity_rps_per_replica=capacity_rps,
         min_replicas=config.min_replicas,
         max_replicas=config.max_replicas,
         slo_latency_s=config.slo_ttft_s,
         slo_signal=slo_signal_for(config.slo_objective),
-        # The capacity comes from a Poisson load test, the gentlest arrivals a pool sees: an upper
-        # bound, which latency may lower but never raise.
-        correction_max=1.0,
+        latency_curve=curve,
         unloaded_latency_s=min(unloaded, config.slo_ttft_s),
         cold_start_p95_s=config.cold_start.p95_s,
         decision_delay_s=config.tick_s or 15.0,
