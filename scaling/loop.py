@@ -172,6 +172,9 @@ def pool_plan(pool: Pool) -> PoolPlan:
         cold_start_p95_s=pool.cold_start_p95_s if pool.cold_start_p95_s else DEFAULT_COLD_START_S,
         decision_delay_s=30.0,
         warm_pool_fraction=pool.warm_pool_fraction,
+        # A live pool has no load-tested latency curve yet (the replay measures one), only the straight
+        # line to its SLO: latency may only lower the stated capacity, never raise it past the profile.
+        correction_max=1.0,
         queue=QueueDepthPolicy(target_waiting_per_replica=pool.target_queue_per_replica,
                                min_replicas=pool.min_replicas, max_replicas=pool.max_replicas),
     )

@@ -127,9 +127,9 @@ def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> 
     assert proposal.reasons[0]["code"] == "PreScaleProposed" and "x the current" in proposal.reasons[0]["detail"]
     assert proposal.state == ProposalState.PENDING  # a person approves it (not off-hours, not reactive)
     assert len(proposal.evidence["forecast_p90"]) == len(proposal.evidence["capacity"])
-    # The next tick a minute later does not propose it again.
+    # The next tick a minute later does not propose it again (the pre-scale cooldown and the pending one).
     loop.tick_pool(pool, signals, now + timedelta(minutes=1))
-    assert Proposal.objects.filter(pool=pool).count() == 1
+    assert Proposal.objects.filter(pool=pool, kind="prescale").count() == 1
 
 
 @pytest.mark.prometheus
