@@ -51,6 +51,8 @@ SEASONAL_BIN_S = 600.0  # the 30-minute forecast reads 10-minute bins over up to
 SEASONAL_HISTORY = timedelta(days=8)
 SEASONAL_EVERY = timedelta(minutes=5)
 SAMPLE_RETENTION = timedelta(days=9)
+# History whose newest known rate is older than this (beyond its own bin) no longer describes now.
+HISTORY_MAX_AGE = timedelta(minutes=5)
 DEFAULT_COLD_START_S = 90.0  # a pool's cold start until one is measured (design.md §2: 45-90 s)
 
 # Which planner term becomes which kind of proposal.
@@ -195,9 +197,12 @@ def _binned_rates(pool: Pool, since: datetime, now: datetime, bin_s: float) -> n
 
 
 def _forecast(values: np.ndarray, step_s: float, horizon_s: float, method: str = "adaptive") -> ForecastPoint | None:
-    trimmed = values[np.argmax(np.isfinite(values)):] if np.isfinite(values).any() else values[:0]
-    if np.isfinite(trimmed).sum() < 2:
+    """A forecast from binned rates ending now; None when there is too little, or when the history
+    stopped arriving (its newest known bin older than HISTORY_MAX_AGE): that is no forecast of now."""
+    finite = np.flatnonzero(np.isfinite(values))
+    if finite.size < 2 or (len(values) - 1 - finite[-1]) * step_s > HISTORY_MAX_AGE.total_seconds():
         return None
+    trimmed = values[finite[0]:]
     made = forecast(from_values(trimmed, step_s), horizon_s, method)
     point = ForecastPoint(horizon_s, made.expected_rps, made.p90_rps)
     return point if point.usable else None

@@ -39,6 +39,7 @@ WARM_FLOOR = "WarmFloor"
 LAST_GOOD = "LastKnownGoodTarget"
 HELD = "HoldCurrent"
 QUEUE_UNKNOWN = "QueueDepthUnknown"
+RATE_UNKNOWN = "RequestRateUnknown"
 FORECAST_UNKNOWN = "ForecastUnknown"
 SIGNALS_UNKNOWN = "SignalsUnknownHold"
 SIGNALS_FALLBACK = "SignalsUnknownFallback"
@@ -232,6 +233,12 @@ class Decision:
 
 def _count(reading: Reading) -> int | None:
     return max(0, int(round(reading.value))) if reading.is_known else None  # type: ignore[arg-type]
+
+
+def _oldest_key_sample_age_s(signals: PoolSignals) -> float:
+    """How old the oldest of the key samples (queue, request rate) is: the load is as fresh as that."""
+    readings = [signals.queue_depth, signals.request_rate_rps, *signals.waiting_per_ready_replica]
+    return max((r.age_s for r in readings if r.is_known and r.age_s is not None), default=0.0)
 
 
 def _replicas_for(rate_rps: float, capacity_rps: float) -> int:
@@ -497,12 +504,17 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     current = desired
     queue_known = (any(v is not None for v in _waiting_per_ready(signals, ready))
                    or _queue_with_none_ready(signals, ready) is not None)
-    key_known = queue_known and ready is not None and current is not None
+    queue_usable = queue_known and ready is not None and current is not None
+    # The load is known when both the queue and the arriving rate are: a failing rate query is
+    # unknown load, never zero, so the queue alone may scale up but never down.
+    key_known = queue_usable and signals.request_rate_rps.is_known
     # With no replica ready nothing in the pool exports vLLM's queue: unless a queue in front of
     # vLLM (the route's gateway) is read, its absence is expected, not a stale signal (hold, but
     # no fallback and no staleness alert).
     no_queue_source = ready == 0 and current is not None and not queue_known
-    last_known = now if key_known or no_queue_source else state.last_known_at_s
+    # The timers run from the last fresh sample (its own time, not this tick's), so a signal that
+    # stopped arriving falls back at 60 s and alerts at 90 s after its last sample.
+    last_known = (now - _oldest_key_sample_age_s(signals)) if key_known else (now if no_queue_source else state.last_known_at_s)
     unknown_for = 0.0 if key_known else (now - last_known if last_known is not None else math.inf)
     staleness_alert = unknown_for >= pool.stale_alert_after_s
     reasons: list[str] = []
@@ -526,10 +538,12 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
                         tuple(reasons + ([STALENESS_ALERT] if staleness_alert else [])), True, unknown_for,
                         staleness_alert, capacity_rps, None, state)
 
-    if key_known:
+    if queue_usable:
         reactive, hpa_state = reactive_term(inputs, pool, state, current, ready, capacity_rps)
         state = replace(state, hpa=hpa_state)
         reactive_rate = request_rate_term(inputs, pool, capacity_rps)
+        if not key_known:
+            reasons.append(RATE_UNKNOWN)
     else:
         reactive, reactive_rate = Term(REACTIVE, None, {}), Term(REACTIVE_RATE, None, {})
         reasons.append(QUEUE_UNKNOWN)
@@ -544,8 +558,9 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
         reasons.append(SIGNALS_UNKNOWN)
         if unknown_for >= pool.hold_after_unknown_s:
             # Fall back to the schedule and the last good target; the forecast and the floor were
-            # built on the same missing data, so they do not count here.
-            terms = [t for t in terms if t.name in (SCHEDULED, HELD)]
+            # built on the same missing data, so they do not count here. A queue still read keeps
+            # its say: it can only add replicas while the hold stands.
+            terms = [t for t in terms if t.name in (SCHEDULED, HELD, REACTIVE)]
             if state.last_good_target is not None:
                 terms.append(Term(LAST_GOOD, state.last_good_target, {"last_good_target": float(state.last_good_target)}))
             reasons.append(SIGNALS_FALLBACK)

@@ -154,7 +154,7 @@ def test_it_scales_from_zero_ready_replicas(case, queue, rate, arriving, expecte
     decision = plan(inputs(signals(ready=0, arriving=arriving, queue=queue, rate=rate), lead=None,
                            arriving_in=(60.0,) * arriving), pool, good_state(target=0))
 
-    assert not decision.hold, case
+    assert decision.hold == (rate is None), case  # an unknown rate is unknown load: up only
     assert decision.target_replicas == expected, case
 
 
@@ -269,10 +269,10 @@ def test_a_pool_at_zero_replicas_is_not_a_staleness_alert():
         assert p.NO_QUEUE_SOURCE in decision.reasons and p.SIGNALS_FALLBACK not in decision.reasons
     # A queue read in front of vLLM (the route's gateway) activates it as before.
     woken = plan(inputs(signals(ready=0, queue=12.0, rate=None), lead=None, now=NOW + 60), pool, state)
-    assert woken.target_replicas == 3 and not woken.hold
+    assert woken.target_replicas == 3 and p.REACTIVE in woken.reasons  # held only against scaling down (rate unknown)
     # Once replicas are ready their queue must come: unknown from then on is stale again.
     up = plan(inputs(signals(ready=3, queue=None), lead=None, now=NOW + 300), pool, woken.state)
-    assert up.signals_unknown_for_s == 240.0 and up.staleness_alert
+    assert up.signals_unknown_for_s == 270.0 and up.staleness_alert  # the load was last known at NOW + 30 (no rate since)
 
 
 def test_it_holds_when_even_the_replica_counts_are_unknown():
@@ -554,3 +554,36 @@ def test_the_trend_method_chooses_its_constants_by_its_own_errors(case, values, 
 
     made = forecast(from_values(np.asarray(values), 60.0), 120.0, "trend")
     assert low <= made.expected_rps <= high, (case, made.expected_rps)
+
+
+# ---------------------------------------------------------------------------- unknown load, staleness timers
+
+
+def test_busy_replicas_with_a_failing_rate_query_do_not_drain():
+    # Ten busy replicas, nothing waiting, the rate query failing: unknown load, not zero load.
+    state, targets, alerts = good_state(target=10), [], []
+    for tick in range(30):  # 7.5 minutes
+        decision = plan(inputs(signals(ready=10, queue=0.0, rate=None), lead=None, now=NOW + 15 * tick), POOL, state)
+        state = decision.state
+        targets.append(decision.target_replicas)
+        alerts.append(decision.staleness_alert)
+    assert set(targets) == {10} and p.RATE_UNKNOWN in decision.reasons
+    assert alerts[-1] and not alerts[0]  # the staleness alert is raised once it lasts
+
+
+def test_the_queue_still_scales_up_while_the_rate_is_unknown():
+    decision = plan(inputs(signals(ready=4, queue=80.0, rate=None), lead=None), POOL, good_state(target=4))
+    assert decision.target_replicas > 4 and decision.hold
+
+
+@pytest.mark.parametrize(
+    ("seconds_after_last_tick", "hold", "fallback", "alert"),
+    [(10, True, False, False), (45, True, True, False), (75, True, True, True)],
+)
+def test_the_staleness_timers_run_from_the_last_fresh_sample(seconds_after_last_tick, hold, fallback, alert):
+    # The last good tick read samples already 20 s old; then the reads fail.
+    known = plan(inputs(signals(ready=4, age_s=20.0), lead=None), POOL, good_state())
+    later = plan(inputs(signals(ready=4, queue=None, rate=None), lead=None, now=NOW + seconds_after_last_tick),
+                 POOL, known.state)
+    assert later.signals_unknown_for_s == pytest.approx(seconds_after_last_tick + 20.0)
+    assert (later.hold, p.SIGNALS_FALLBACK in later.reasons, later.staleness_alert) == (hold, fallback, alert)
