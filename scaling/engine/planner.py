@@ -248,7 +248,9 @@ def _replicas_for(rate_rps: float, capacity_rps: float) -> int:
 def _waiting_per_ready(signals: PoolSignals, ready: int | None) -> list[float | None]:
     per_replica = signals.waiting_values()
     if any(v is not None for v in per_replica):
-        return per_replica
+        # Ready replicas without a series are missing pods, not absent ones: the HPA core counts
+        # them conservatively (empty on a scale-up, at target on a scale-down).
+        return per_replica + [None] * max(0, (ready or 0) - len(per_replica))
     if signals.queue_depth.is_known and ready:
         # Only the pool total is known: spread it evenly (the HPA averages anyway).
         return [float(signals.queue_depth.value) / ready] * ready  # type: ignore[arg-type]

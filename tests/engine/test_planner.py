@@ -587,3 +587,19 @@ def test_the_staleness_timers_run_from_the_last_fresh_sample(seconds_after_last_
                  POOL, known.state)
     assert later.signals_unknown_for_s == pytest.approx(seconds_after_last_tick + 20.0)
     assert (later.hold, p.SIGNALS_FALLBACK in later.reasons, later.staleness_alert) == (hold, fallback, alert)
+
+
+@pytest.mark.parametrize(
+    ("case", "series", "expected"),
+    [
+        # 4 ready, 2 export an empty queue: the 2 silent ones count at target, (0 + 0 + 5 + 5) / 4 = 2.5
+        # per replica asks for 2 (the HPA's rule), not for the minimum that dropping them would give.
+        ("silent replicas count at target on a scale-down", (0.0, 0.0), 2),
+        # 4 ready, 2 export 20 waiting each: the silent ones count as empty, 40 / 4 = 10 per replica.
+        ("silent replicas count as empty on a scale-up", (20.0, 20.0), 8),
+    ],
+)
+def test_replicas_without_a_series_are_missing_not_dropped(case, series, expected):
+    sig = dataclasses.replace(signals(ready=4, queue=None), waiting_per_ready_replica=tuple(fresh(v) for v in series))
+    decision = plan(inputs(sig, lead=None), POOL, good_state(target=4))
+    assert decision.term(p.REACTIVE).replicas == expected, case
