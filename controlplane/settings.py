@@ -226,4 +226,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # urllib3 logs each request line at DEBUG, and a webhook's path and query are its secret.
+    "loggers": {"urllib3": {"level": "WARNING"}},
 }
