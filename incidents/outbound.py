@@ -3,8 +3,8 @@
 Every connection is checked when it is made, not when a URL is saved: the host name is resolved,
 every address it resolves to must be public (or inside `OUTBOUND_ALLOWED_NETWORKS`), and the socket
 is opened to the address that was checked, so a DNS answer that changes between check and connect
-cannot slip through. An IPv6 address that carries an IPv4 one (IPv4-mapped, IPv4-compatible, NAT64,
-6to4) is judged by the IPv4 address it leads to. Redirects are followed by hand, a bounded number of
+cannot slip through. An IPv6 address that carries an IPv4 one (IPv4-mapped, -compatible or
+-translated, NAT64, 6to4) is judged by the IPv4 address it leads to. Redirects are followed by hand, a bounded number of
 times, only on the same host (the signed body never travels elsewhere), and each hop goes through the
 same check. The whole exchange, redirects included, has one deadline.
 
@@ -55,6 +55,7 @@ class Answer:
 # IPv6 forms that lead to an IPv4 address: the IPv4 address decides.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the last 32 bits are the IPv4 address
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d (:: and ::1 are judged as they are)
+IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT (RFC 2765) ::ffff:0:a.b.c.d
 # RFC 8215's local-use NAT64 prefix: where the IPv4 address sits depends on the site, so it is refused.
 LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
 _URL_IN_TEXT = re.compile(r"(?i)\bhttps?://[^\s'\"<>]+")
@@ -74,7 +75,10 @@ def origin(url: str) -> str:
 
 
 def _secret_parts(url: str) -> list[str]:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
     found = [url, parts.netloc.rpartition("@")[0], parts.query, parts.fragment]
     found += [parts.path] if len(parts.path) > 1 else []
     return [part for part in found if part]
@@ -113,27 +117,27 @@ def _listed(address: IPAddress) -> bool:
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one leads to (IPv4-mapped, 6to4, NAT64, IPv4-compatible), or None."""
+    """The IPv4 address an IPv6 one leads to (IPv4-mapped, 6to4, NAT64, IPv4-compatible or -translated), or None."""
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if address in NAT64 or (address in IPV4_COMPATIBLE and int(address) > 1):
+    if address in NAT64 or address in IPV4_TRANSLATED or (address in IPV4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
 
 def refusal(address: IPAddress) -> str | None:
     """Why policy forbids connecting to `address`, or None when it may be reached."""
+    if _listed(address):
+        return None
     if isinstance(address, ipaddress.IPv6Address):
-        if address in LOCAL_NAT64 and not _listed(address):
+        if address in LOCAL_NAT64:
             return f"{address} is a local-use NAT64 address"
         embedded = embedded_ipv4(address)
         if embedded is not None:
             reason = refusal(embedded)
             return f"{reason} (inside {address})" if reason else None
-    if _listed(address):
-        return None
     if address.is_global and not address.is_multicast:
         return None
     for label in ("loopback", "link_local", "private", "multicast", "unspecified", "reserved"):

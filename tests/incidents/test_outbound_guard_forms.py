@@ -21,13 +21,14 @@ from tests.incidents.conftest import Receiver
     ("::7f00:1", "127.0.0.1"),  # IPv4-compatible
     ("::a9fe:a9fe", "169.254.169.254"),
     ("::ffff:a9fe:a9fe", "169.254.169.254"),  # IPv4-mapped (already refused before)
+    ("::ffff:0:7f00:1", "127.0.0.1"),  # IPv4-translated (SIIT)
 ])
 def test_it_refuses_ipv6_forms_of_internal_ipv4_addresses(address: str, inside: str) -> None:
     reason = outbound.refusal(ipaddress.ip_address(address))
     assert reason is not None and reason.startswith(inside)
 
 
-@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::808:808"])
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::808:808", "::ffff:0:808:808"])
 def test_it_allows_ipv6_forms_of_public_ipv4_addresses(address: str) -> None:
     assert outbound.refusal(ipaddress.ip_address(address)) is None
 
@@ -38,6 +39,12 @@ def test_it_refuses_the_local_use_nat64_prefix() -> None:
 
 def test_the_allow_list_applies_to_the_embedded_address(settings) -> None:  # noqa: ANN001
     settings.OUTBOUND_ALLOWED_NETWORKS = ["10.0.8.0/24"]
+    assert outbound.refusal(ipaddress.ip_address("64:ff9b::a00:807")) is None
+    assert outbound.refusal(ipaddress.ip_address("64:ff9b::a00:907")) is not None
+
+
+def test_an_allow_listed_ipv6_network_is_the_admins_choice(settings) -> None:  # noqa: ANN001
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["64:ff9b::a00:800/120"]  # an internal receiver reached through NAT64
     assert outbound.refusal(ipaddress.ip_address("64:ff9b::a00:807")) is None
     assert outbound.refusal(ipaddress.ip_address("64:ff9b::a00:907")) is not None
 
