@@ -4,8 +4,11 @@ from __future__ import annotations
 from django.contrib import admin
 
 from controlplane import services
+from controlplane.forms import AdminLoginForm
 from controlplane.choices import Channel
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Membership, Pool, ScheduleWindow, Team
+
+admin.site.login_form = AdminLoginForm  # failed logins are throttled here too
 
 
 class AuditedAdmin(admin.ModelAdmin):

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from django import forms
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
 from django.db import models
 
-from controlplane import permissions, services
+from controlplane import login_throttle, permissions, services
 from controlplane.choices import Role
 from controlplane.models import SLO, Cluster, Pool, ScheduleWindow, Team
 
@@ -77,3 +79,33 @@ class ScheduleWindowForm(ScopedModelForm):
         model = ScheduleWindow
         fields = ["pool", "name", "weekday", "start", "end", "time_zone", "prescale_factor", "lead_minutes"]
         widgets = {"start": forms.TimeInput(attrs={"type": "time"}), "end": forms.TimeInput(attrs={"type": "time"})}
+
+
+class ThrottledLoginMixin:
+    """Refuses a login while its user name or address is throttled, and counts failed ones."""
+
+    throttled_message = ""
+
+    def clean(self) -> dict:
+        username = self.cleaned_data.get("username") or ""
+        address = login_throttle.client_address(self.request)
+        throttled = login_throttle.check(username, address)
+        if throttled is not None:
+            self.throttled_message = throttled.message
+            raise forms.ValidationError(throttled.message, code="throttled")
+        try:
+            cleaned = super().clean()
+        except forms.ValidationError as exc:
+            if exc.code == "invalid_login":
+                login_throttle.record_failure(username, address)
+            raise
+        login_throttle.record_success(username)
+        return cleaned
+
+
+class LoginForm(ThrottledLoginMixin, AuthenticationForm):
+    pass
+
+
+class AdminLoginForm(ThrottledLoginMixin, AdminAuthenticationForm):
+    pass

@@ -279,7 +279,11 @@ def _digest(raw_token: str) -> str:
 def issue_token(
     user: AbstractBaseUser, actor: Actor, *, name: str = "", expires_at: datetime | None = None
 ) -> tuple[ApiToken, str]:
-    """Create a token; the raw value is returned once and never stored."""
+    """Create a token; the raw value is returned once and never stored.
+
+    Without `expires_at` it lives API_TOKEN_DEFAULT_DAYS (0 in the settings: until revoked)."""
+    if expires_at is None and settings.API_TOKEN_DEFAULT_DAYS:
+        expires_at = timezone.now() + timedelta(days=settings.API_TOKEN_DEFAULT_DAYS)
     raw = settings.API_TOKEN_PREFIX + secrets.token_urlsafe(32)
     prefix = raw[: len(settings.API_TOKEN_PREFIX) + 6]
     with transaction.atomic():

@@ -66,6 +66,43 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto` or `X-Forwarded-Proto: https` → Django's ("HTTP_X_FORWARDED_PROTO", "https")."""
+    raw = env_str(name)
+    if raw is None:
+        return None
+    header, _, value = (part.strip() for part in raw.partition(":"))
+    if not header.replace("-", "").isalnum() or not header.isascii():
+        raise ImproperlyConfigured(f"{name} must be a header name like X-Forwarded-Proto (optionally ': https'), got {raw!r}")
+    return "HTTP_" + header.upper().replace("-", "_"), value or "https"
+
+
+# Production is served over HTTPS only, behind a TLS proxy; the demo (DEBUG=1) over plain http on 127.0.0.1.
+HTTPS_ONLY = env_bool("HTTPS_ONLY", not DEBUG)
+SECURE_SSL_REDIRECT = HTTPS_ONLY
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the kubelet probes the pod itself, over plain http
+SESSION_COOKIE_SECURE = HTTPS_ONLY
+CSRF_COOKIE_SECURE = HTTPS_ONLY
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS_ONLY else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+# The header a TLS-terminating proxy sets, and that it strips from what clients send (else anyone can claim https).
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
+# How many proxies in front append to X-Forwarded-For: the client address (login throttling) is the one
+# the outermost trusted proxy saw. 0: REMOTE_ADDR, the peer of this process.
+TRUSTED_PROXY_HOPS = env_int("TRUSTED_PROXY_HOPS", 0, minimum=0)
+# No inline script or style anywhere (htmx and Swagger UI are served from /static/).
+CONTENT_SECURITY_POLICY = "; ".join([
+    "default-src 'self'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:", "font-src 'self'",
+    "connect-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'",
+])
+
+# Failed logins, counted per user name and per client address in the cache, within one window.
+LOGIN_THROTTLE_WINDOW_S = env_int("LOGIN_THROTTLE_WINDOW_S", 900, minimum=1)
+LOGIN_FAILURES_PER_USER = env_int("LOGIN_FAILURES_PER_USER", 5, minimum=1)
+LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 20, minimum=1)
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -76,6 +113,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from /static/, not from a CDN
     "django_htmx",
     "controlplane",
     "scaling",
@@ -93,6 +131,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
+    "controlplane.middleware.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -150,7 +189,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "controlplane.api.pagination.LimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "controlplane.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -163,8 +207,22 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Control plane for bursty vLLM inference: pools, SLOs, proposals, approvals.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps every endpoint and filter: signed-in users (session or token) only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # The proposal's requested and decided channels share one set of choices: one name for it.
+    "ENUM_NAME_OVERRIDES": {"ActorChannelEnum": "controlplane.choices.Channel"},
     "COMPONENT_SPLIT_REQUEST": True,
 }
+
+# The cache holds login-failure counters. Empty: memory of each process (the demo, the tests); production
+# names a Redis database so that every web worker counts the same failures.
+CACHE_URL = env_str("CACHE_URL", "")
+if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(f"CACHE_URL must be a redis:// URL or empty, got {CACHE_URL!r}")
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL} if CACHE_URL
+          else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Redis is the Celery broker in production; the embedded demo runs tasks without it.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -220,10 +278,14 @@ NOTIFY_REMINDER_BEFORE_S = env_int("NOTIFY_REMINDER_BEFORE_S", 180, minimum=30)
 TRACES_DIR = Path(env_str("HEADROOM_TRACES_DIR", str(BASE_DIR.parent / "shared" / "traces")))
 
 API_TOKEN_PREFIX = "hr_"
+# A token issued without an expiry lives this many days (0: until revoked). Rotation bounds a leak.
+API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=0)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # urllib3 logs each request line at DEBUG, and a webhook's path and query are its secret.
+    "loggers": {"urllib3": {"level": "WARNING"}},
 }

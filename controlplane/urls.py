@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane import views
 
@@ -17,10 +18,12 @@ urlpatterns = [
     path("", include("scaling.urls")),
     path("", include("incidents.urls")),
     path("healthz", views.healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(("controlplane.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # Swagger UI is for people: a login page first. The schema also takes an API token.
+    path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(
+        url_name="schema", template_name="controlplane/swagger_ui.html")), name="api-docs"),
 ]

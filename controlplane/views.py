@@ -1,8 +1,12 @@
 """Web UI: thin views over the scoped querysets and the audited save/delete services."""
 from __future__ import annotations
 
+import logging
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, ProtectedError, Q
@@ -16,6 +20,8 @@ from controlplane.charts import Series, line_chart
 from controlplane.choices import Channel, Role, SloIndicator
 from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
 
+logger = logging.getLogger(__name__)
+
 FORMS = {
     "cluster": (Cluster, forms.ClusterForm),
     "pool": (Pool, forms.PoolForm),
@@ -24,14 +30,39 @@ FORMS = {
 }
 
 
+class LoginView(auth_views.LoginView):
+    """The login page; a throttled login answers 429 with the reason (see controlplane.login_throttle)."""
+
+    authentication_form = forms.LoginForm
+
+    def form_invalid(self, form: forms.LoginForm) -> HttpResponse:
+        response = super().form_invalid(form)
+        if form.has_error(NON_FIELD_ERRORS, "throttled"):
+            response.status_code = 429
+            response["Retry-After"] = str(settings.LOGIN_THROTTLE_WINDOW_S)
+        return response
+
+
+def _is_admin(request: HttpRequest) -> bool:
+    try:  # the session lives in the database that may be down
+        return bool(request.user.is_authenticated and (request.user.is_superuser or request.user.is_staff))
+    except Exception:  # noqa: BLE001 - any failure: treat as anonymous
+        return False
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Liveness and database reachability, for Kubernetes probes."""
+    """Liveness and database reachability, for Kubernetes probes. The error text (host names, users)
+    goes to the log and to signed-in staff only."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception as exc:  # any database failure means "not healthy", with the reason
-        return JsonResponse({"status": "error", "database": str(exc)}, status=503)
+    except Exception as exc:  # any database failure means "not healthy"
+        logger.exception("healthz: the database is unreachable")
+        answer = {"status": "error", "database": "unreachable"}
+        if _is_admin(request):
+            answer["detail"] = str(exc)
+        return JsonResponse(answer, status=503)
     return JsonResponse({"status": "ok"})
 
 
@@ -138,14 +169,14 @@ def delete_object(request: HttpRequest, kind: str, pk: int) -> HttpResponse:
     instance = get_object_or_404(permissions.scoped(model.objects.all(), request.user), pk=pk)
     if not services.has_role(request.user, permissions.owning_team(instance), Role.ADMIN):
         raise PermissionDenied("You need the admin role in this team to delete it.")
-    if request.method != "POST":
-        return render(request, "controlplane/confirm_delete.html", {"object": instance, "kind": kind})
     back = reverse("pool-detail", args=[instance.pool_id]) if kind in ("slo", "schedule") else reverse("fleet")
+    if request.method != "POST":
+        return render(request, "controlplane/confirm_delete.html", {"object": instance, "kind": kind, "back": back})
     try:
         services.delete_with_audit(services.Actor.from_request(request, Channel.WEB), instance)
     except ProtectedError as exc:
         blockers = ", ".join(sorted({str(obj) for obj in exc.protected_objects}))
-        context = {"object": instance, "kind": kind, "error": f"Still used by {blockers}; remove those first."}
+        context = {"object": instance, "kind": kind, "back": back, "error": f"Still used by {blockers}; remove those first."}
         return render(request, "controlplane/confirm_delete.html", context, status=409)
     return redirect(back)
 

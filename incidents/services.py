@@ -21,6 +21,7 @@ from controlplane import services as core
 from controlplane.choices import Channel as ActorChannel
 from controlplane.errors import ServiceError
 from controlplane.models import Team
+from incidents import outbound
 from incidents.choices import ChannelKind, NotificationKind, NotificationState
 from incidents.models import Channel, DispatchedEvent, Notification, SlackIdentity
 from incidents.transports import NothingToSend, TransportError, transport_class, transport_for
@@ -210,7 +211,7 @@ def deliver(notification_id: int, now: datetime | None = None) -> Delivery | Non
     try:
         transport.notify(notification)  # outside any transaction: a slow receiver holds no locks
     except NothingToSend as exc:
-        _finish(notification, NotificationState.SKIPPED, str(exc))
+        _finish(notification, NotificationState.SKIPPED, safe_error(notification.channel, str(exc), notification))
     except TransportError as exc:
         _record_failure(notification, exc, now)
     else:
@@ -220,17 +221,33 @@ def deliver(notification_id: int, now: datetime | None = None) -> Delivery | Non
     return Delivery(notification.pk, notification.state, notification.last_error)
 
 
+def secret_urls(channel: Channel, notification: Notification | None = None) -> list[str]:
+    """The addresses whose paths and queries are secrets: the channel's own, and a Slack response_url."""
+    urls = [str(channel.settings.get(key) or "") for key in ("url", "webhook_url")] if isinstance(channel.settings, dict) else []
+    return urls + ([notification.response_url] if notification is not None else [])
+
+
+def safe_error(channel: Channel, message: str, notification: Notification | None = None) -> str:
+    """An error as it may be stored, shown to every team member and audited: no URL path, query or secret."""
+    text = outbound.redact(message, *secret_urls(channel, notification))
+    secret = channel.settings.get("secret") if isinstance(channel.settings, dict) else None
+    if isinstance(secret, str) and secret:
+        text = text.replace(secret, "…")
+    return text[:2000]
+
+
 def _record_failure(notification: Notification, exc: TransportError, now: datetime) -> None:
     channel = notification.channel
+    error = safe_error(channel, exc.message, notification)
     with transaction.atomic():
         if exc.permanent or notification.attempts >= settings.NOTIFY_MAX_ATTEMPTS:
-            _finish(notification, NotificationState.FAILED, exc.message)
+            _finish(notification, NotificationState.FAILED, error)
         else:
-            notification.last_error, notification.next_attempt_at = exc.message[:2000], now + backoff(notification.attempts)
+            notification.last_error, notification.next_attempt_at = error, now + backoff(notification.attempts)
             notification.save(update_fields=["last_error", "next_attempt_at"])
-        Channel.objects.filter(pk=channel.pk).update(last_error=exc.message[:2000], last_error_at=now)
+        Channel.objects.filter(pk=channel.pk).update(last_error=error, last_error_at=now)
         if exc.permanent and exc.disables_channel:
-            disable_channel(channel, exc.message)
+            disable_channel(channel, error)
 
 
 # --- channels -----------------------------------------------------------------------------------
@@ -238,6 +255,7 @@ def _record_failure(notification: Notification, exc: TransportError, now: dateti
 
 def disable_channel(channel: Channel, reason: str) -> bool:
     """Stop a channel whose address is broken; the reason shows on the channels page. Idempotent."""
+    reason = safe_error(channel, reason)  # shown to the team and kept in the append-only audit log
     with transaction.atomic():
         updated = Channel.objects.filter(pk=channel.pk, enabled=True).update(enabled=False, disabled_reason=reason[:2000])
         if updated:

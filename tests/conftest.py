@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.cache import cache
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +14,9 @@ def traces_dir() -> Path:
     path = Path(settings.TRACES_DIR)
     assert path.is_dir(), f"trace directory {path} is missing; set HEADROOM_TRACES_DIR"
     return path
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> None:
+    """The cache holds login-failure counters: each test starts with none."""
+    cache.clear()

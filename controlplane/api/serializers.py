@@ -1,7 +1,10 @@
 """Serializers for the core inventory. Validation lives on the models; these only translate."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane import permissions
@@ -127,6 +130,12 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         model = ApiToken
         fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
         read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
+        extra_kwargs = {"expires_at": {"help_text": "When it stops working; API_TOKEN_DEFAULT_DAYS from now when left out."}}
+
+    def validate_expires_at(self, value: datetime | None) -> datetime | None:
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("Must be in the future (leave it out for the default lifetime).")
+        return value
 
 
 class IssuedApiTokenSerializer(ApiTokenSerializer):

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from rest_framework import serializers
 
 from controlplane.api.serializers import TeamSlugField
+from incidents import outbound
 from incidents.models import Channel, Notification
 
 
@@ -27,10 +26,9 @@ class ChannelSerializer(serializers.ModelSerializer):
 
     def get_target(self, channel: Channel) -> str:
         try:
-            parts = urlsplit(channel.spec.url)
+            return f"{outbound.origin(channel.spec.url)}/…"
         except ValueError:
             return ""
-        return f"{parts.scheme}://{parts.netloc}/…"
 
 
 class NotificationSerializer(serializers.ModelSerializer):

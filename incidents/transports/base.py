@@ -65,7 +65,8 @@ class Transport:
             return
         # 5xx and 429 are the receiver's trouble: retry. Other 4xx will not change by retrying.
         permanent = 400 <= answer.status < 500 and answer.status not in (408, 429)
-        raise TransportError(f"{answer.status} from {answer.url}: {answer.text[:200]}", permanent=permanent)
+        detail = outbound.redact(answer.text[:200], answer.url)  # a receiver may echo our (secret) path
+        raise TransportError(f"{answer.status} from {outbound.origin(answer.url)}: {detail}", permanent=permanent)
 
     def post_json(self, url: str, payload: dict[str, Any], headers: dict[str, str] | None = None,
                   body: bytes | None = None) -> outbound.Answer:
@@ -76,6 +77,8 @@ class Transport:
         except outbound.OutboundRefused as exc:
             raise TransportError(f"refused: {exc}", permanent=True) from exc
         except (outbound.OutboundTimeout, requests.RequestException) as exc:
-            raise TransportError(f"{exc.__class__.__name__}: {exc}") from exc
+            # requests' messages quote the path ("Max retries exceeded with url: /services/…").
+            detail = outbound.redact(f"{exc.__class__.__name__}: {exc}", url)
+            raise TransportError(f"{outbound.origin(url)}: {detail}") from exc
         self.raise_for_answer(answer)
         return answer

@@ -23,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--team", help="team slug (or name) for --role; created if --create is given")
         parser.add_argument("--create", action="store_true", help="create the user (and team) if missing")
         parser.add_argument("--name", default="", help="a label for the token, e.g. 'ci-pipeline'")
-        parser.add_argument("--expires-days", type=int, help="the token expires after this many days")
+        parser.add_argument("--expires-days", type=int, help="the token expires after this many days (default: API_TOKEN_DEFAULT_DAYS)")
 
     def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
         if options["role"] and not options["team"]:
