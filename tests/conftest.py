@@ -6,6 +6,16 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.isolation import RUN_ID
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """test_<name>_<run>: a second run at the same time creates and drops a database of its own."""
+    for database in settings.DATABASES.values():
+        if database["ENGINE"] != "django.db.backends.sqlite3":  # SQLite tests run in memory already
+            database.setdefault("TEST", {})["NAME"] = f"test_{database['NAME']}_{RUN_ID}"[:63]
+
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
