@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import socket
 import threading
 import time
@@ -21,16 +19,12 @@ from scaling.drivers.prometheus import (
     LabelMapping,
     PrometheusConfig,
     PrometheusSignalSource,
-    duration_s,
 )
 from scaling.drivers.signals import PoolSelector
 from scaling.sim.profiles import PoolProfile, get_profile
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"),
-                       reason="Debian's prometheus package is not installed (apt-get install -y prometheus)"),
-]
+# No skip when the binary is missing: the launcher fails with the command that installs it.
+pytestmark = pytest.mark.prometheus
 CHAT, CODE, IDLE = "chat-model", "code-model", "idle-model"
 QUERIES_PER_READ = len(QUERIES) + len(FRESHNESS) + 1  # + the per-replica queue
 
@@ -236,14 +230,3 @@ def test_its_request_rate_counts_arrivals_before_they_complete(cluster) -> None:
 
     assert not completions or float(completions[0]["value"][1]) == 0.0
     assert slow_pool.request_rate_rps.is_known and slow_pool.request_rate_rps.value > 0.0
-
-
-@pytest.mark.parametrize(("window", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5)])
-def test_it_reads_the_rate_window_in_seconds(window, seconds) -> None:
-    assert duration_s(window) == seconds
-
-
-@pytest.mark.parametrize("window", ["", "1", "m", "1 m", "-1m", "1m junk"])
-def test_it_refuses_a_rate_window_that_is_not_a_duration(window) -> None:
-    with pytest.raises(ValueError, match="not a Prometheus duration"):
-        duration_s(window)

@@ -159,8 +159,8 @@ def test_it_restarts_a_replica_that_died(api: client.ApiClient, cluster: Sandbox
     assert statuses[0].restart_count == 1
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_it_works_with_kubectl(cluster: SandboxCluster, tmp_path) -> None:
+    assert shutil.which("kubectl"), "kubectl is missing: run `make system-deps` (apt-get install -y kubernetes-client)"
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: sandbox\n"
