@@ -47,7 +47,7 @@ def broker(redis_url: str) -> Celery:
     for key in database.scan_iter():
         if key != CLAIM_KEY.encode():
             database.delete(key)
-    return Celery(broker=redis_url)
+    return Celery(broker=redis_url, set_as_current=False)  # else shared tasks of later tests would follow it
 
 
 def _database_url() -> str:

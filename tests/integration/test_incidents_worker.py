@@ -41,12 +41,11 @@ WORKER_ENV = {"SLACK_ENABLED": "true", "SLACK_SIGNING_SECRET": SIGNING_SECRET, "
 
 @pytest.fixture
 def tasks_through_redis(redis_url: str) -> Iterator[None]:
-    """This process sends its tasks to the run's Redis, as in production, instead of running them in-process."""
-    saved = app.conf.task_always_eager, app.conf.broker_url
-    app.conf.task_always_eager, app.conf.broker_url = False, redis_url
+    """This process sends its tasks to the run's Redis, as in production, instead of running them in-process:
+    shared tasks bind to the current app, so an app on that broker is current until the test ends."""
+    Celery("headroom-tests", broker=redis_url, set_as_current=False).set_current()
     yield
-    app.conf.task_always_eager, app.conf.broker_url = saved
-    app.close()  # its connection pool points at this run's Redis
+    app.set_current()
 
 
 def test_the_outbox_sweep_in_a_worker_sends_what_a_lost_message_left_behind(
