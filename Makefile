@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8000
-# Tests use the PostgreSQL that the machine provides (trust auth on 127.0.0.1:5432).
+# Tests use the PostgreSQL that the machine provides (trust auth on 127.0.0.1:5432). Each run creates its own
+# test database, test_headroom_<TEST_RUN_ID or pid>, so two runs on one machine do not collide.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/headroom
 
 .PHONY: help install system-deps demo serve migrate test test-fast test-db test-services test-realvllm bench clean
@@ -24,12 +25,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-# Debian packages the service tiers need; installed only when missing.
+# Debian packages the service tiers need (kubectl is Debian's kubernetes-client); installed only when missing.
+# PostgreSQL and Redis are the machine's own services. A test that misses any of them fails, never skips.
 system-deps:
-	@command -v prometheus >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
-		echo "installing Debian's prometheus and chromium packages"; \
+	@missing=""; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v kubectl >/dev/null 2>&1 || missing="$$missing kubernetes-client"; \
+	test -z "$$missing" || { \
+		echo "installing Debian's$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			prometheus chromium >/dev/null; }
+			$$missing >/dev/null; }
 
 migrate: install system-deps
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput -v 0
@@ -40,7 +46,7 @@ demo: install migrate
 	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)
 
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
-FAST_TESTS := $(wildcard tests/sim tests/engine tests/sandbox_realvllm)
+FAST_TESTS := $(wildcard tests/sim tests/engine tests/parsers tests/sandbox_realvllm)
 DB_TESTS := $(wildcard tests/core tests/scaling tests/incidents)
 SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/browser)
 # The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.

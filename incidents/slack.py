@@ -68,21 +68,38 @@ def parse_click(raw_payload: str) -> Click | None:
     try:
         payload = json.loads(raw_payload)
         action = payload["actions"][0]
-        user_id = str(payload["user"]["id"])
+        user_id = _text(payload["user"]["id"], 32)
     except (ValueError, KeyError, IndexError, TypeError):
         return None
-    if payload.get("type") != "block_actions":
+    # Signed is not well-formed: any JSON can arrive here, so every field's type is checked.
+    if not isinstance(payload, dict) or not isinstance(action, dict) or payload.get("type") != "block_actions":
         return None
-    value = str(action.get("value", ""))
     # The same click delivered twice carries the same trigger and action timestamp.
-    key = ":".join(str(part) for part in (payload.get("trigger_id") or "", user_id, action.get("action_id"),
-                                          action.get("action_ts")))
+    key = ":".join(_text(part, 200) for part in (payload.get("trigger_id") or "", user_id, action.get("action_id"),
+                                                 action.get("action_ts")))
     return Click(
-        delivery_key=key[:200], slack_user_id=user_id, action_id=str(action.get("action_id", ""))[:64],
-        proposal_id=int(value) if value.isdigit() else None,
-        channel_id=parse_block_id(str(action.get("block_id", ""))),
-        response_url=str(payload.get("response_url", ""))[:500],
+        delivery_key=key[:200], slack_user_id=user_id, action_id=_text(action.get("action_id", ""), 64),
+        proposal_id=_row_id(_text(action.get("value", ""), 32)),
+        channel_id=_channel_id(_text(action.get("block_id", ""), 200)),
+        response_url=_text(payload.get("response_url", ""), 500),
     )
+
+
+def _text(value: object, limit: int) -> str:
+    """A field as text that fits its column; PostgreSQL refuses NUL characters in text."""
+    return str(value).replace("\x00", "")[:limit]
+
+
+def _row_id(text: str) -> int | None:
+    """A primary key, or None: ASCII digits only (int() reads '٣' but not '²') and within a bigint."""
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    return None
+
+
+def _channel_id(block_id: str) -> int | None:
+    channel_id = parse_block_id(block_id) if block_id.isascii() else None
+    return channel_id if channel_id is not None and channel_id < 10**18 else None
 
 
 def _settings_url() -> str:

@@ -21,15 +21,16 @@ from types import TracebackType
 
 from scaling.sim.profiles import DEFAULT_PROFILE, PoolProfile, get_profile
 
-from sandbox.clock import ModelClock
+from sandbox.clock import ManualClock, ModelClock
 from sandbox.replica import EmulatedReplica
 
 Listener = Callable[[], None]
 
 
 class Fleet:
-    def __init__(self, speed: float = 1.0) -> None:
-        self.clock = ModelClock(speed)
+    def __init__(self, speed: float = 1.0, clock: ModelClock | ManualClock | None = None) -> None:
+        """`clock` replaces the wall-driven model clock: tests step a ManualClock to hold a state."""
+        self.clock = clock or ModelClock(speed)
         self._replicas: list[EmulatedReplica] = []
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
@@ -38,7 +39,7 @@ class Fleet:
 
     @property
     def speed(self) -> float:
-        return self.clock.speed
+        return self.clock.speed if isinstance(self.clock, ModelClock) else float("inf")
 
     def start(self) -> Fleet:
         """Start every replica added so far; later ones start as they are added."""

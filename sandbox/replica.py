@@ -14,7 +14,7 @@ from typing import Any
 
 from scaling.sim.profiles import PoolProfile
 
-from sandbox.clock import ModelClock
+from sandbox.clock import Cancellable, ManualClock, ModelClock
 from sandbox.engine import Engine
 from sandbox.httpserver import QuietHTTPServer
 from sandbox.vllm_metrics import VllmMetrics
@@ -68,7 +68,7 @@ class _Server(QuietHTTPServer):
 
 
 class EmulatedReplica:
-    def __init__(self, *, name: str, model_name: str, profile: PoolProfile, clock: ModelClock,
+    def __init__(self, *, name: str, model_name: str, profile: PoolProfile, clock: ModelClock | ManualClock,
                  cold_start_s: float = 0.0, pool: str = "", max_model_len: int = 32768,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self.name = name
@@ -90,7 +90,7 @@ class EmulatedReplica:
         self._server: _Server | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
-        self._timer: threading.Timer | None = None
+        self._timer: Cancellable | None = None
 
     @property
     def base_url(self) -> str:
@@ -113,9 +113,7 @@ class EmulatedReplica:
             self.state = ReplicaState.LOADING
             self.started_at = self.clock.now()
             self._ready.clear()
-            self._timer = threading.Timer(self.clock.to_wall(self.cold_start_s), self._finish_loading)
-            self._timer.daemon = True
-            self._timer.start()
+            self._timer = self.clock.call_later(self.cold_start_s, self._finish_loading)
 
     def _finish_loading(self) -> None:
         with self._lock:

@@ -7,6 +7,27 @@ import pytest
 from django.conf import settings
 from django.core.cache import cache
 
+from tests.isolation import RUN_ID
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """No test of this suite skips: a skip would hide a missing binary or service behind a green run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped, and this suite does not skip: {reason}"
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """test_<name>_<run>: a second run at the same time creates and drops a database of its own."""
+    for database in settings.DATABASES.values():
+        if database["ENGINE"] != "django.db.backends.sqlite3":  # SQLite tests run in memory already
+            database.setdefault("TEST", {})["NAME"] = f"test_{database['NAME']}_{RUN_ID}"[:63]
+
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:

@@ -41,7 +41,10 @@ def test_it_refuses_a_pool_that_is_its_own_fallback(pool: Pool) -> None:
 
 
 def test_it_allows_the_same_pool_name_in_another_cluster(pool: Pool, search_pool: Pool) -> None:
-    Pool.objects.create(**_pool_kwargs(pool, cluster=search_pool.cluster, name="chat-8b"))
+    other = Pool.objects.create(**_pool_kwargs(pool, cluster=search_pool.cluster, name="chat-8b"))
+    same_name = Pool.objects.filter(name="chat-8b").order_by("pk")
+    assert [(p.pk, p.cluster_id) for p in same_name] == [(pool.pk, pool.cluster_id), (other.pk, search_pool.cluster_id)]
+    assert pool.cluster_id != search_pool.cluster_id
 
 
 def test_it_names_the_field_when_min_exceeds_max(pool: Pool) -> None:

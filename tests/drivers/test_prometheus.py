@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import socket
 import threading
 import time
@@ -21,16 +19,12 @@ from scaling.drivers.prometheus import (
     LabelMapping,
     PrometheusConfig,
     PrometheusSignalSource,
-    duration_s,
 )
 from scaling.drivers.signals import PoolSelector
 from scaling.sim.profiles import PoolProfile, get_profile
 
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.skipif(shutil.which("prometheus") is None and not os.path.exists("/usr/bin/prometheus"),
-                       reason="Debian's prometheus package is not installed (apt-get install -y prometheus)"),
-]
+# No skip when the binary is missing: the launcher fails with the command that installs it.
+pytestmark = pytest.mark.prometheus
 CHAT, CODE, IDLE = "chat-model", "code-model", "idle-model"
 QUERIES_PER_READ = len(QUERIES) + len(FRESHNESS) + 1  # + the per-replica queue
 
@@ -57,7 +51,15 @@ def cluster() -> Iterator[tuple[PrometheusLauncher, Fleet]]:
                     requests.post(replica.base_url + "/v1/completions", timeout=10,
                                   json={"model": replica.model_name, "prompt": "a b c", "max_tokens": tokens})
         assert wait_until(lambda: prometheus.query(f'sum(vllm:request_success_total{{model_name="{CODE}"}}) == 2'), 10)
-        time.sleep(1.0)  # one more scrape so the rate window holds two samples after the traffic
+        # Rates need two samples that tell the traffic apart: wait until the source reads them, not a fixed time.
+        source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+
+        def rates_known() -> bool:
+            read = source.read(pools()[:2])
+            return all(read[pool].request_rate_rps.is_known and read[pool].request_rate_rps.value > 0
+                       and read[pool].generation_tokens_rate.is_known for pool in ("chat", "code"))
+
+        assert wait_until(rates_known, 20, interval=0.25), "Prometheus never had two samples after the traffic"
         yield prometheus, fleet
 
 
@@ -228,22 +230,13 @@ def test_its_request_rate_counts_arrivals_before_they_complete(cluster) -> None:
     for _ in range(4):
         threading.Thread(target=send, daemon=True).start()
     assert wait_until(lambda: prometheus.query('sum(vllm:num_requests_waiting{model_name="slow-model"}) >= 3'), 10)
-    time.sleep(1.5)  # a few more scrapes with the queue standing
 
     source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
-    slow_pool = source.read([PoolSelector("slow", {"model_name": "slow-model"})])["slow"]
+    slow = [PoolSelector("slow", {"model_name": "slow-model"})]
+    # Scrapes go on with the queue standing until the arrivals show as a rate (the first completes after 30 s).
+    assert wait_until(lambda: (source.read(slow)["slow"].request_rate_rps.value or 0.0) > 0.0, 15, interval=0.25)
+    slow_pool = source.read(slow)["slow"]
     completions = prometheus.query('sum(rate(vllm:request_success_total{model_name="slow-model"}[30s]))')
 
     assert not completions or float(completions[0]["value"][1]) == 0.0
     assert slow_pool.request_rate_rps.is_known and slow_pool.request_rate_rps.value > 0.0
-
-
-@pytest.mark.parametrize(("window", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5)])
-def test_it_reads_the_rate_window_in_seconds(window, seconds) -> None:
-    assert duration_s(window) == seconds
-
-
-@pytest.mark.parametrize("window", ["", "1", "m", "1 m", "-1m", "1m junk"])
-def test_it_refuses_a_rate_window_that_is_not_a_duration(window) -> None:
-    with pytest.raises(ValueError, match="not a Prometheus duration"):
-        duration_s(window)

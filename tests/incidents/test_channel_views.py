@@ -40,5 +40,7 @@ def test_operators_cannot_add_channels_and_outsiders_do_not_see_them(client, ali
     client.force_login(alice)
     response = client.post("/integrations/channels/new/", _form(ml_team, name="mine"))
     assert response.status_code == 200 and Channel.objects.count() == 1  # ml_team is not a choice for her
+    assert "on-call" in client.get("/integrations/channels/").content.decode()  # her team's channel
     client.force_login(charlie)
-    assert "on-call" not in client.get("/integrations/channels/").content.decode()
+    outsiders_page = client.get("/integrations/channels/")
+    assert outsiders_page.status_code == 200 and "on-call" not in outsiders_page.content.decode()

@@ -16,6 +16,7 @@ from scaling.choices import ProposalState
 from scaling.models import Proposal
 
 from tests.incidents.conftest import Receiver, propose
+from tests.isolation import closed_port
 
 HOOK = "/services/T1/B1/hook"
 
@@ -61,7 +62,7 @@ def test_slack_down_keeps_the_message_and_delivers_it_later(pool: Pool, alice: U
 def test_an_unreachable_receiver_is_retried_with_growing_backoff_then_given_up(settings, pool: Pool, alice: User,
                                                                                 slack_channel: Channel) -> None:
     settings.NOTIFY_MAX_ATTEMPTS = 3
-    Channel.objects.filter(pk=slack_channel.pk).update(settings={"webhook_url": "http://127.0.0.1:9/closed"})
+    Channel.objects.filter(pk=slack_channel.pk).update(settings={"webhook_url": f"http://127.0.0.1:{closed_port()}/closed"})
     propose(pool, alice)
     now = timezone.now()
     gaps = []

@@ -9,6 +9,8 @@ from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
+from hypothesis import HealthCheck, example, given, settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from controlplane.models import AuditEvent, Pool
 from incidents.choices import NotificationKind, SlackOutcome
@@ -187,3 +189,33 @@ def test_an_empty_signing_secret_refuses_everything(client, settings, pool: Pool
     signature = "v0=" + hmac.new(b"", f"v0:{timestamp}:{body}".encode(), hashlib.sha256).hexdigest()  # slack_sdk refuses ""
     assert signed_post(client, payload, timestamp=timestamp, signature=signature).status_code == 401
     assert Proposal.objects.get(pk=proposal.pk).state == ProposalState.PENDING
+
+
+# Any JSON at all, and block_actions-shaped JSON whose every field is any JSON: signed is not well-formed.
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+ACTION = st.fixed_dictionaries({}, optional={
+    "action_id": st.sampled_from(["approve_proposal", "reject_proposal"]) | JSON,
+    "value": st.from_regex(r"[0-9]{1,25}", fullmatch=True) | st.sampled_from(["²", "٣", "-1"]) | JSON,
+    "block_id": st.from_regex(r"proposal:[0-9]{1,3}:channel:[0-9]{1,25}", fullmatch=True) | JSON,
+    "action_ts": JSON,
+})
+BLOCK_ACTIONS = st.fixed_dictionaries({"type": st.just("block_actions")}, optional={
+    "user": st.fixed_dictionaries({"id": st.text() | JSON}) | JSON,
+    "actions": st.lists(ACTION | JSON, max_size=2) | JSON,
+    "trigger_id": JSON,
+    "response_url": JSON,
+})
+
+
+@hypothesis_settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=BLOCK_ACTIONS | JSON)
+@example(payload={"type": "block_actions", "user": {"id": "UBOB"}, "actions": ["x"]})
+@example(payload={"type": "block_actions", "user": {"id": "U" * 40}, "actions": [{"value": "9" * 30}]})
+@example(payload={"type": "block_actions", "user": {"id": "U\x00"}, "actions": [{"value": "²"}]})
+def test_it_never_answers_500_to_a_correctly_signed_payload(client, pool: Pool, alice: User,  # noqa: ANN001
+                                                           payload: object) -> None:
+    assert signed_post(client, payload).status_code == 200  # type: ignore[arg-type]

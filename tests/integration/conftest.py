@@ -15,18 +15,39 @@ from celery import Celery
 from django.db import connection
 
 from tests.core.conftest import alice, bob, ml_team  # noqa: F401
+from tests.isolation import RUN_ID
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = "redis://127.0.0.1:6379/7"  # a database of its own, flushed by each test
+REDIS_SERVER = "redis://127.0.0.1:6379"
+CLAIM_KEY = "headroom:test-run"  # which run uses this Redis database; the app's own is 0
+CLAIM_TTL_S = 3 * 3600
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis database of this run's own: the first of 1-15 that no other run has claimed."""
+    try:
+        for number in range(1, 16):
+            url = f"{REDIS_SERVER}/{number}"
+            database = redis.Redis.from_url(url)
+            if database.set(CLAIM_KEY, RUN_ID, nx=True, ex=CLAIM_TTL_S) or database.get(CLAIM_KEY) == RUN_ID.encode():
+                break
+        else:
+            pytest.fail(f"every Redis database 1-15 at {REDIS_SERVER} is claimed by another test run ({CLAIM_KEY})")
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis at {REDIS_SERVER} is not reachable (apt-get install -y redis-server): {exc}")
+    yield url
+    database.delete(CLAIM_KEY)
 
 
 @pytest.fixture
-def broker() -> Celery:
-    try:
-        redis.Redis.from_url(REDIS_URL).flushdb()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at {REDIS_URL} is not reachable: {exc}")
-    return Celery(broker=REDIS_URL)
+def broker(redis_url: str) -> Celery:
+    """Celery on this run's Redis database, emptied of other tests' tasks (the claim stays)."""
+    database = redis.Redis.from_url(redis_url)
+    for key in database.scan_iter():
+        if key != CLAIM_KEY.encode():
+            database.delete(key)
+    return Celery(broker=redis_url, set_as_current=False)  # else shared tasks of later tests would follow it
 
 
 def _database_url() -> str:
@@ -35,13 +56,13 @@ def _database_url() -> str:
 
 
 @pytest.fixture
-def start_worker(transactional_db, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:  # noqa: ANN001
+def start_worker(transactional_db, tmp_path: Path, redis_url: str) -> Iterator[Callable[..., subprocess.Popen]]:  # noqa: ANN001, E501
     """Start `celery worker` processes on the test database; all are killed at the end."""
     workers: list[subprocess.Popen] = []
 
     def start(**env: str) -> subprocess.Popen:
         environment = os.environ | {
-            "DATABASE_URL": _database_url(), "REDIS_URL": REDIS_URL, "CELERY_ENABLED": "true",
+            "DATABASE_URL": _database_url(), "REDIS_URL": redis_url, "CELERY_ENABLED": "true",
             "SECRET_KEY": "test-only-secret-key", "KUBERNETES_ENABLED": "true", "PROMETHEUS_ENABLED": "true",
         } | env
         log = open(tmp_path / f"worker-{len(workers)}.log", "w")  # noqa: SIM115 - closed with the process

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +31,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
 @pytest.fixture(scope="session")
 def real_vllm_url(real_vllm_timings: dict) -> Iterator[str]:
     """A real vLLM 0.32.0 OpenAI server on the CPU (installed and built on first use)."""
-    if os.environ.get("HEADROOM_SKIP_REAL_VLLM") == "1":
-        pytest.skip("HEADROOM_SKIP_REAL_VLLM=1: the real-vLLM tier was switched off")
     started = time.monotonic()
     # dev mode adds the /sleep routes; on CPU they switch the state but free no memory.
     with realvllm.running_vllm(dev_mode=True, max_num_seqs=8, info=real_vllm_timings) as url:

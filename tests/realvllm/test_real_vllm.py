@@ -21,6 +21,7 @@ import requests
 
 from sandbox import metrics_conformance as mc
 from sandbox.realvllm import MAX_MODEL_LEN, SERVED_MODEL_NAME
+from sandbox.replica import wait_until
 
 pytestmark = pytest.mark.real_vllm
 
@@ -298,12 +299,18 @@ def test_headroom_promql_answers_for_real_and_emulated_alike(
             ScrapeTarget(emulated, {"namespace": "realvllm", "deployment": "emulated", "pod": "emulated-0"}),
         ])
         prometheus.wait_for_up([real, emulated], timeout=60)
-        # Traffic while scraped, so that rate() over the histogram buckets has increases to see.
-        for _ in range(3):
+        # Traffic while scraped, so that rate() over the histogram buckets has increases to see: each wave
+        # is scraped (Prometheus has its completions) before the next one starts.
+        def scraped() -> dict[str, float]:
+            return _by_model(prometheus.query("sum by (model_name) (vllm:request_success_total)"))
+
+        before = scraped()  # earlier tests of the session served requests too
+        for wave in range(1, 4):
             with ThreadPoolExecutor(max_workers=16) as pool:
                 list(pool.map(lambda args: _complete(*args), [(real_vllm_url, models["real"], 16)] * 8
                               + [(emulator_url, models["emulator"], 16)] * 8))
-            time.sleep(1.5)
+            assert wait_until(lambda: all(scraped().get(m, 0) >= before.get(m, 0) + 8 * wave  # noqa: B023
+                                          for m in models.values()), 30), (before, scraped())
         wanted = set(models.values())
         deadline = time.monotonic() + 30
         while True:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import requests
 
+from sandbox.clock import ManualClock
 from sandbox.fleet import Fleet
 from sandbox.replica import wait_until
 
@@ -74,41 +75,51 @@ def test_it_rejects_an_unknown_model_like_vllm(fleet: Fleet, small_profile) -> N
     assert response.json()["error"]["type"] == "NotFoundError"
 
 
-def test_it_queues_beyond_max_num_seqs_and_reports_it(fleet: Fleet, small_profile) -> None:
-    replica = fleet.add_replica(MODEL, profile=small_profile)
-    replica.wait_ready(timeout=5)
+def test_it_queues_beyond_max_num_seqs_and_reports_it(small_profile) -> None:
+    clock = ManualClock()  # model time stands still while the test reads the queue
+    with Fleet(clock=clock) as fleet:
+        replica = fleet.add_replica(MODEL, profile=small_profile)
+        replica.wait_ready(timeout=5)
 
-    def complete(_: int) -> int:
-        return requests.post(replica.base_url + "/v1/completions", timeout=20,
-                             json={"model": MODEL, "prompt": "a b", "max_tokens": 15}).status_code
-
-    with ThreadPoolExecutor(6) as pool:
-        results = pool.map(complete, range(6))
         def load() -> tuple[float, float]:
             metrics = requests.get(replica.base_url + "/metrics", timeout=5).text
             return _sample(metrics, "vllm:num_requests_running"), _sample(metrics, "vllm:num_requests_waiting")
 
-        # Two run, four wait (new requests join the batch only at the next step boundary).
-        assert wait_until(lambda: load() == (2, 4), 3)
-        assert list(results) == [200] * 6
-    metrics = requests.get(replica.base_url + "/metrics", timeout=5).text
+        def complete(_: int) -> int:
+            return requests.post(replica.base_url + "/v1/completions", timeout=20,
+                                 json={"model": MODEL, "prompt": "a b", "max_tokens": 15}).status_code
+
+        replica.sleep(1)  # all six arrive before the engine schedules any
+        with ThreadPoolExecutor(6) as pool:
+            results = pool.map(complete, range(6))
+            assert wait_until(lambda: load() == (0, 6), 5)
+            replica.wake_up()
+            # Two run, four wait, and stay so until model time moves on.
+            assert wait_until(lambda: load() == (2, 4), 5)
+            assert load() == (2, 4)
+            clock.advance(10.0)
+            assert list(results) == [200] * 6
+        metrics = requests.get(replica.base_url + "/metrics", timeout=5).text
     assert _sample(metrics, "vllm:num_requests_waiting") == 0
     assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny-llama"} 6.0' in metrics
     assert _sample(metrics, "vllm:generation_tokens_total") == 90
-    # Three waves of two: the last pair waited about two requests' worth (2 x 15 x 20 ms).
-    assert _sample(metrics, "vllm:request_queue_time_seconds_sum") > 1.0
+    # Three waves of two, 15 x 20 ms each: the second pair waited one wave, the third two (2 x 0.3 + 2 x 0.6 s).
+    assert _sample(metrics, "vllm:request_queue_time_seconds_sum") == pytest.approx(1.8, abs=0.05)
     assert 'vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="tiny-llama"} 6.0' in metrics
 
 
 def test_it_runs_faster_with_a_speed_factor_but_reports_model_time(small_profile) -> None:
-    with Fleet(speed=10) as fleet:
-        replica = fleet.add_replica(MODEL, profile=small_profile, cold_start_s=5)
-        assert replica.wait_ready(timeout=2)  # 5 model seconds = 0.5 wall seconds
+    with Fleet(speed=50) as fleet:
+        replica = fleet.add_replica(MODEL, profile=small_profile, cold_start_s=50)
+        assert replica.wait_ready(timeout=10)  # 50 model seconds = 1 wall second
         started = time.monotonic()
         requests.post(replica.base_url + "/v1/completions", timeout=10,
-                      json={"model": MODEL, "prompt": "a", "max_tokens": 50})
-        assert time.monotonic() - started < 0.8  # 50 x 20 ms = 1 model second, 0.1 s at speed 10
-        assert _metric(replica.base_url, "vllm:e2e_request_latency_seconds_sum") >= 1.0
+                      json={"model": MODEL, "prompt": "a", "max_tokens": 100})
+        wall_s = time.monotonic() - started
+        model_s = _metric(replica.base_url, "vllm:e2e_request_latency_seconds_sum")
+    assert model_s >= 2.0  # 100 x 20 ms, in model seconds
+    # 0.04 wall seconds at speed 50; the bound leaves 25 times that for a busy machine, and fails at speed 1.
+    assert wall_s < model_s / 2
 
 
 def test_it_sleeps_and_wakes_through_the_dev_endpoints(fleet: Fleet, small_profile) -> None:
@@ -129,20 +140,24 @@ def test_it_sleeps_and_wakes_through_the_dev_endpoints(fleet: Fleet, small_profi
     assert requests.get(url + "/is_sleeping", timeout=2).json() == {"is_sleeping": False}
 
 
-def test_it_holds_running_requests_while_asleep(fleet: Fleet, small_profile) -> None:
-    replica = fleet.add_replica(MODEL, profile=small_profile)
-    replica.wait_ready(timeout=5)
-    with ThreadPoolExecutor(1) as pool:
-        started = time.monotonic()
-        pending = pool.submit(requests.post, replica.base_url + "/v1/completions", timeout=10,
-                              json={"model": MODEL, "prompt": "a", "max_tokens": 20})  # 0.4 s awake
-        time.sleep(0.1)
-        replica.sleep(0)
-        time.sleep(0.5)
-        replica.wake_up()
-        assert pending.result().status_code == 200
-        assert time.monotonic() - started >= 0.85
-    assert _metric(replica.base_url, "vllm:e2e_request_latency_seconds_sum") >= 0.85
+def test_it_holds_running_requests_while_asleep(small_profile) -> None:
+    clock = ManualClock()
+    with Fleet(clock=clock) as fleet:
+        replica = fleet.add_replica(MODEL, profile=small_profile)
+        replica.wait_ready(timeout=5)
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(requests.post, replica.base_url + "/v1/completions", timeout=10,
+                                  json={"model": MODEL, "prompt": "a", "max_tokens": 20})  # 0.4 s awake
+            assert wait_until(lambda: _metric(replica.base_url, "vllm:num_requests_running") == 1, 5)
+            clock.advance(0.2)
+            replica.sleep(1)
+            clock.advance(0.5)  # asleep: the request makes no progress
+            assert not pending.done() and _metric(replica.base_url, "vllm:num_requests_running") == 1
+            replica.wake_up()
+            clock.advance(1.0)
+            assert pending.result(timeout=10).status_code == 200
+        e2e_s = _metric(replica.base_url, "vllm:e2e_request_latency_seconds_sum")
+    assert 0.9 <= e2e_s < 1.0  # 0.4 s of work plus 0.5 s asleep (and a prefill of one token)
 
 
 def test_it_injects_errors_slowness_hangs_and_death(fleet: Fleet, small_profile) -> None:

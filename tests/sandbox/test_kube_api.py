@@ -4,15 +4,18 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
 import requests
 from kubernetes import client, dynamic, watch
+from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
 from scaling.sim.profiles import PoolProfile
+from sandbox.clock import ManualClock
 from sandbox.fleet import Fleet
-from sandbox.kube.cluster import PoolSpec, SandboxCluster
+from sandbox.kube.cluster import RECONCILE_INTERVAL_S, PoolSpec, SandboxCluster
 from sandbox.replica import wait_until
 
 NS = "sandbox"
@@ -21,11 +24,18 @@ JSON_PATCH = "application/json-patch+json"  # CustomObjectsApi sends merge patch
 
 
 @pytest.fixture
-def cluster(fleet: Fleet, small_profile: PoolProfile) -> Iterator[SandboxCluster]:
-    with SandboxCluster(fleet, restart_delay_s=0.3) as running:
+def clock() -> ManualClock:
+    """The replicas' model time: cold starts and restart delays end only when a test moves it on."""
+    return ManualClock()
+
+
+@pytest.fixture
+def cluster(clock: ManualClock, small_profile: PoolProfile) -> Iterator[SandboxCluster]:
+    with Fleet(clock=clock) as fleet, SandboxCluster(fleet, restart_delay_s=0.3) as running:
         running.add_pool(PoolSpec(name="chat", profile=small_profile, replicas=1, cold_start_s=1.0))
         running.add_pool(PoolSpec(name="chat-small", profile=small_profile, replicas=0, cold_start_s=0.8,
                                   weight=0, keda=True, max_replicas=4))
+        clock.advance(1.0)  # chat's first replica has loaded
         yield running
 
 
@@ -44,16 +54,21 @@ def _ready_pods(api: client.ApiClient, name: str) -> list[str]:
             if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)]
 
 
-def test_it_scales_a_deployment_and_pods_turn_ready_after_the_cold_start(api: client.ApiClient) -> None:
+def test_it_scales_a_deployment_and_pods_turn_ready_after_the_cold_start(api: client.ApiClient,
+                                                                         clock: ManualClock) -> None:
     apps = client.AppsV1Api(api)
     names = [d.metadata.name for d in apps.list_namespaced_deployment(NS).items]
     assert names == ["chat", "chat-small"]
 
     scale = apps.patch_namespaced_deployment_scale("chat", NS, {"spec": {"replicas": 3}})
     assert scale.spec.replicas == 3
-    assert wait_until(lambda: len(_pods(api, "chat")) == 3, 2)
-    assert len(_ready_pods(api, "chat")) < 3  # the new two are still loading their model
-    assert wait_until(lambda: len(_ready_pods(api, "chat")) == 3, 4)
+    assert wait_until(lambda: len(_pods(api, "chat")) == 3, 5)
+    assert wait_until(lambda: len(_ready_pods(api, "chat")) == 1, 5)
+    clock.advance(0.9)
+    time.sleep(3 * RECONCILE_INTERVAL_S)  # the controller has looked again: still loading
+    assert len(_ready_pods(api, "chat")) == 1  # the new two load their model for a whole second
+    clock.advance(0.1)
+    assert wait_until(lambda: len(_ready_pods(api, "chat")) == 3, 5)
     status = apps.read_namespaced_deployment("chat", NS).status
     assert (status.replicas, status.ready_replicas) == (3, 3)
 
@@ -108,14 +123,16 @@ def test_it_patches_httproute_weights_with_merge_and_json_patch(api: client.ApiC
     assert strategic.value.status == 415
 
 
-def test_it_lets_keda_min_replicas_raise_the_deployment(api: client.ApiClient) -> None:
+def test_it_lets_keda_min_replicas_raise_the_deployment(api: client.ApiClient, clock: ManualClock) -> None:
     custom = client.CustomObjectsApi(api)
     scaled = ("keda.sh", "v1alpha1", NS, "scaledobjects", "chat-small")
     assert [s["metadata"]["name"] for s in custom.list_namespaced_custom_object(*scaled[:4])["items"]] == ["chat-small"]
     custom.patch_namespaced_custom_object(*scaled, {"spec": {"minReplicaCount": 2}})
     apps = client.AppsV1Api(api)
-    assert wait_until(lambda: apps.read_namespaced_deployment("chat-small", NS).spec.replicas == 2, 2)
-    assert wait_until(lambda: len(_ready_pods(api, "chat-small")) == 2, 4)
+    assert wait_until(lambda: apps.read_namespaced_deployment("chat-small", NS).spec.replicas == 2, 5)
+    assert wait_until(lambda: len(_pods(api, "chat-small")) == 2, 5)
+    clock.advance(0.8)
+    assert wait_until(lambda: len(_ready_pods(api, "chat-small")) == 2, 5)
 
 
 def test_it_serves_discovery_to_the_dynamic_client(api: client.ApiClient) -> None:
@@ -143,24 +160,32 @@ def test_it_injects_api_faults(api: client.ApiClient, cluster: SandboxCluster) -
     assert apps.read_namespaced_deployment("chat", NS).spec.replicas == 2
 
     cluster.api.faults.latency_s = 0.5
-    with pytest.raises(Exception):  # urllib3 read timeout
+    with pytest.raises(MaxRetryError) as slow:  # the client's retries of a read that timed out each time
         apps.read_namespaced_deployment("chat", NS, _request_timeout=0.2)
+    assert isinstance(slow.value.reason, ReadTimeoutError), slow.value.reason
     cluster.api.faults.latency_s = 0.0
 
 
-def test_it_restarts_a_replica_that_died(api: client.ApiClient, cluster: SandboxCluster) -> None:
-    assert wait_until(lambda: len(_ready_pods(api, "chat")) == 1, 3)
+def test_it_restarts_a_replica_that_died(api: client.ApiClient, cluster: SandboxCluster, clock: ManualClock) -> None:
+    assert wait_until(lambda: len(_ready_pods(api, "chat")) == 1, 5)
     pod = _ready_pods(api, "chat")[0]
     answer = requests.put(f"{cluster.url}/sandbox/pods/{NS}/{pod}/faults", json={"kill": True}, timeout=2).json()
     assert answer["state"] == "dead"
-    assert wait_until(lambda: _ready_pods(api, "chat") == [], 2)
-    assert wait_until(lambda: _ready_pods(api, "chat") == [pod], 4)  # restarted in place, cold start again
+    assert wait_until(lambda: _ready_pods(api, "chat") == [], 5)
+    [replica] = cluster.replicas(NS, "chat")
+    clock.advance(0.2)
+    time.sleep(3 * RECONCILE_INTERVAL_S)
+    assert replica.restarts == 0  # the restart delay, 0.3 s, has not passed
+    clock.advance(0.1)
+    assert wait_until(lambda: replica.restarts == 1, 5)
+    clock.advance(1.0)  # the cold start, again
+    assert wait_until(lambda: _ready_pods(api, "chat") == [pod], 5)  # restarted in place
     statuses = client.CoreV1Api(api).read_namespaced_pod(pod, NS).status.container_statuses
     assert statuses[0].restart_count == 1
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-def test_it_works_with_kubectl(cluster: SandboxCluster, tmp_path) -> None:
+def test_it_works_with_kubectl(cluster: SandboxCluster, clock: ManualClock, api: client.ApiClient, tmp_path) -> None:  # noqa: ANN001, E501
+    assert shutil.which("kubectl"), "kubectl is missing: run `make system-deps` (apt-get install -y kubernetes-client)"
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: sandbox\n"
@@ -178,11 +203,13 @@ def test_it_works_with_kubectl(cluster: SandboxCluster, tmp_path) -> None:
     assert kubectl("get", "deployments").split("\n")[0].split() == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
     kubectl("scale", "deployment/chat", "--replicas=2")
     assert json.loads(kubectl("get", "deployment", "chat", "-o", "json"))["spec"]["replicas"] == 2
+    assert wait_until(lambda: len(_pods(api, "chat")) == 2, 5)
+    clock.advance(1.0)
     assert "sandbox-route" in kubectl("get", "httproutes", "-o", "name")
     assert "successfully rolled out" in kubectl("rollout", "status", "deployment/chat", "--timeout=10s")
 
 
-def test_it_streams_watch_events_as_pods_turn_ready(api: client.ApiClient) -> None:
+def test_it_streams_watch_events_as_pods_turn_ready(api: client.ApiClient, clock: ManualClock) -> None:
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     listed = core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/instance=chat-small")
     assert listed.items == []
@@ -195,5 +222,6 @@ def test_it_streams_watch_events_as_pods_turn_ready(api: client.ApiClient) -> No
         seen.append((event["type"], ready))
         if ready == "True":
             break
+        clock.advance(0.8)  # the pod exists: let its cold start end
     assert seen[0] == ("ADDED", "False")
     assert seen[-1] == ("MODIFIED", "True")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import metrics_conformance as mc
+from sandbox import vllm_metrics
 
 SAMPLE = Path(os.environ.get(
     "HEADROOM_VLLM_METRICS_SAMPLE",
@@ -144,7 +145,6 @@ def test_it_parses_escaped_label_values() -> None:
 
 def test_the_emulator_renders_the_families_headroom_reads_like_real_vllm(after_load: str) -> None:
     """The sandbox's exposition writer against the real scrape, without starting anything."""
-    vllm_metrics = pytest.importorskip("sandbox.vllm_metrics")
     metrics = vllm_metrics.VllmMetrics("tiny-llama", 2048, 10_000)
     metrics.set_load(running=3, waiting=2, kv_tokens=500)
     metrics.record_step(40, 10, 5, 0.02, 5)

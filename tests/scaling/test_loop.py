@@ -1,9 +1,8 @@
-"""The control loop against the sandbox: replicas from the Kubernetes API, hold on unknown signals,
-and a surge seen through a real Prometheus turned into an executed scale-up."""
+"""The control loop against the sandbox: replicas from the Kubernetes API, hold on unknown signals, pre-scaling
+from history. With a real Prometheus: tests/integration/test_loop_prometheus.py."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -13,9 +12,9 @@ from django.core.management import CommandError, call_command
 from controlplane.models import Pool
 from scaling import loop
 from scaling.choices import ProposalState
-from scaling.drivers.kubernetes import KubernetesDriver
-from scaling.drivers.registry import workload_of
 from scaling.models import PlannerMemory, Proposal, SignalSample
+
+from tests.isolation import closed_port
 
 
 def test_it_reads_replicas_and_holds_when_signals_are_unknown(kube_pool: Pool, settings) -> None:  # noqa: ANN001
@@ -35,7 +34,7 @@ def test_it_reads_replicas_and_holds_when_signals_are_unknown(kube_pool: Pool, s
 
 def test_an_unreachable_cluster_is_reported_and_nothing_scales_down(pool: Pool, settings) -> None:
     settings.KUBERNETES_ENABLED = True
-    pool.cluster.kube_api_url = "http://127.0.0.1:9"  # nothing listens there
+    pool.cluster.kube_api_url = f"http://127.0.0.1:{closed_port()}"  # nothing listens there
     pool.cluster.save()
     report = loop.tick([Pool.objects.select_related("cluster").get(pk=pool.pk)])
     assert any("kubernetes" in where for where in report.errors)
@@ -52,34 +51,6 @@ def test_the_tick_command_prints_what_it_read_decided_and_did(kube_pool: Pool, s
     assert json.loads(out.getvalue())["pools"][0]["pool"] == "gpu-us-east/chat-8b"
     with pytest.raises(CommandError, match="No pool named 'nope'"):
         call_command("tick", "--pool", "nope")
-
-
-@pytest.mark.prometheus
-@pytest.mark.django_db(transaction=True)
-def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: User, settings) -> None:
-    from sandbox.registration import register
-    from sandbox.runtime import Sandbox, SandboxConfig
-    from sandbox.replica import wait_until
-
-    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
-    config = SandboxConfig(pools=1, scenario="surge", speed=8.0, cold_start_s=4.0, scrape_interval_s=1.0,
-                           max_num_seqs=2)
-    with Sandbox(config) as sandbox:
-        register(sandbox)
-        pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
-
-        def scaled_up() -> bool:
-            loop.tick([pool])
-            return Proposal.objects.filter(pool=pool, target_replicas__gt=1).exists()
-
-        assert wait_until(scaled_up, 90, interval=2.0), "no scale-up proposal during the surge"
-        proposal = Proposal.objects.filter(pool=pool).order_by("created_at").first()
-        assert proposal.kind == "reactive" and proposal.decided_channel == "auto"
-        assert any(reason["code"] == "ReactiveQueueDepth" for reason in proposal.reasons)
-        assert proposal.signals["queue_depth"] > 0
-        assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
-        status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
-        assert status.desired >= proposal.target_replicas
 
 
 def test_the_pool_page_shows_the_planners_latest_answer(kube_pool: Pool, alice: User, settings) -> None:  # noqa: ANN001
@@ -130,26 +101,3 @@ def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> 
     # The next tick a minute later does not propose it again (the pre-scale cooldown and the pending one).
     loop.tick_pool(pool, signals, now + timedelta(minutes=1))
     assert Proposal.objects.filter(pool=pool, kind="prescale").count() == 1
-
-
-@pytest.mark.prometheus
-@pytest.mark.django_db(transaction=True)
-def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User, settings) -> None:  # noqa: ANN001
-    from sandbox.registration import register
-    from sandbox.runtime import Sandbox, SandboxConfig
-
-    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
-    config = SandboxConfig(pools=1, scenario="steady", cold_start_s=0.5, scrape_interval_s=1.0, history_hours=3.0)
-    with Sandbox(config) as sandbox:
-        register(sandbox)
-        pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
-        report = loop.tick([pool])
-        assert not any("history" in where for where in report.errors), report.errors
-        from django.utils import timezone
-
-        old = SignalSample.objects.filter(pool=pool, at__lt=timezone.now() - timedelta(hours=1))
-        assert old.count() >= 5 and all(rate > 0 for rate in old.values_list("request_rate_rps", flat=True))
-        assert PlannerMemory.objects.get(pool=pool).history_backfilled_at is not None
-        before = SignalSample.objects.filter(pool=pool).count()
-        loop.tick([pool])
-        assert SignalSample.objects.filter(pool=pool).count() == before + 1  # only the new tick's sample

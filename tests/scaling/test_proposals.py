@@ -115,9 +115,13 @@ def test_expiry_housekeeping_expires_only_due_proposals(pool: Pool, search_pool:
 
 def test_reactive_scale_ups_inside_the_guardrail_are_auto_approved(pool: Pool, alice: User, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001, E501
     planner = core.Actor(user=None, channel=Channel.AUTO)
-    small = services.propose(pool, 3, ProposalKind.REACTIVE, planner, current=1)
-    assert small.state in (ProposalState.APPROVED, ProposalState.EXECUTING, ProposalState.FAILED)
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        small = services.propose(pool, 3, ProposalKind.REACTIVE, planner, current=1)
+    assert small.state == ProposalState.APPROVED  # execution (and notifying) wait for the commit
     assert small.decided_channel == Channel.AUTO and "guardrail" in small.decision_comment
+    for callback in queued:
+        callback()
+    assert small.events.filter(to_state=ProposalState.EXECUTING).count() == 1  # handed to execution once
     large = services.propose(pool, 8, ProposalKind.REACTIVE, planner, current=1)
     assert large.state == ProposalState.PENDING
 
@@ -126,7 +130,10 @@ def test_off_hours_windows_auto_approve(pool: Pool, alice: User) -> None:
     pool.cluster.off_hours = [{"weekdays": [0, 1, 2, 3, 4, 5, 6], "start": "00:00", "end": "23:59"}]
     pool.cluster.save()
     pool.refresh_from_db()
-    proposal = _propose(pool, alice)
+    # A fixed time of day: the window's end, 23:59, is exclusive, so the wall clock fails one minute a day.
+    # Tomorrow's noon, so the proposal has not expired when approval checks it against the wall clock.
+    noon = (timezone.now() + timedelta(days=1)).replace(hour=12, minute=0, second=0, microsecond=0)
+    proposal = _propose(pool, alice, now=noon)
     assert proposal.decided_channel == Channel.AUTO and "off-hours" in proposal.decision_comment
 
 

@@ -3,7 +3,6 @@ safety net, nothing is stuck, rate limits count what happened, the two-person ru
 people, keys are scoped, and what is recorded is what happened. Against the Kubernetes API emulator."""
 from __future__ import annotations
 
-import socket
 from datetime import timedelta
 
 import pytest
@@ -24,6 +23,7 @@ from scaling.engine.planner import PlannerState
 from scaling.models import ColdStart, PlannerMemory, Proposal
 
 from tests.core.conftest import token_client
+from tests.isolation import closed_port
 
 NS = "inference"
 PLANNER = core.Actor(user=None, channel=Channel.AUTO)
@@ -162,12 +162,6 @@ def test_the_pre_scale_floor_lasts_for_its_forecast_window(pool: Pool, bob: User
 # --- 4. nothing is stuck -------------------------------------------------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]  # closed again on leaving: nothing listens there
-
-
 @pytest.mark.django_db(transaction=True)  # so the approval commits and its on-commit hook really runs
 def test_an_approval_whose_task_was_lost_is_picked_up_by_the_sweep(kube_pool: Pool, alice: User, bob: User,
                                                                    kube: SandboxCluster) -> None:
@@ -175,7 +169,7 @@ def test_an_approval_whose_task_was_lost_is_picked_up_by_the_sweep(kube_pool: Po
 
     # The broker is down: queuing the execution fails, the approval stands.
     saved = {key: app.conf[key] for key in ("task_always_eager", "broker_url", "task_publish_retry")}
-    app.conf.update(task_always_eager=False, broker_url=f"redis://127.0.0.1:{_closed_port()}/0",
+    app.conf.update(task_always_eager=False, broker_url=f"redis://127.0.0.1:{closed_port()}/0",
                     task_publish_retry=False)
     try:
         proposal = services.propose(kube_pool, 3, ProposalKind.MANUAL, _api(alice), current=1)

@@ -46,7 +46,9 @@ def test_approving_in_the_browser_swaps_the_card(pool: Pool, alice: User, bob: U
 
 def test_outsiders_see_nothing_and_cannot_decide(pool: Pool, alice: User, charlie: User) -> None:
     proposal = _proposal(pool, alice)
-    assert b"chat-8b" not in _login(charlie).get("/approvals/").content
+    assert b"chat-8b" in _login(alice).get("/approvals/").content  # the page lists it for her team
+    outsiders_page = _login(charlie).get("/approvals/")
+    assert outsiders_page.status_code == 200 and b"chat-8b" not in outsiders_page.content
     assert _login(charlie).post(f"/proposals/{proposal.pk}/approve/").status_code == 404
     assert Proposal.objects.get(pk=proposal.pk).state == ProposalState.PENDING
 

@@ -1,9 +1,17 @@
-"""The PromQL the Prometheus source sends, and how it reads odd answers (no server needed)."""
+"""The PromQL the Prometheus source sends, how it reads odd answers, and its durations (no server needed)."""
 from __future__ import annotations
 
 import pytest
 
-from scaling.drivers.prometheus import FRESHNESS, QUERIES, LabelMapping, PrometheusConfig, PrometheusSignalSource, render
+from scaling.drivers.prometheus import (
+    FRESHNESS,
+    QUERIES,
+    LabelMapping,
+    PrometheusConfig,
+    PrometheusSignalSource,
+    duration_s,
+    render,
+)
 from scaling.drivers.signals import PoolSelector
 
 
@@ -43,3 +51,14 @@ def test_it_reads_malformed_answers_as_unknown(case, series):
     source = PrometheusSignalSource(PrometheusConfig("http://unused"), client=FakeClient(answer))  # type: ignore[arg-type]
     signals = source.read([PoolSelector("pool", {"model_name": "m"})], at_s=100.0)["pool"]
     assert not signals.queue_depth.is_known, case
+
+
+@pytest.mark.parametrize(("window", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5)])
+def test_it_reads_the_rate_window_in_seconds(window, seconds) -> None:
+    assert duration_s(window) == seconds
+
+
+@pytest.mark.parametrize("window", ["", "1", "m", "1 m", "-1m", "1m junk"])
+def test_it_refuses_a_rate_window_that_is_not_a_duration(window) -> None:
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        duration_s(window)

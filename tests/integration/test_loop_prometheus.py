@@ -1,0 +1,65 @@
+"""The control loop reading a real Prometheus (Debian's binary) that scrapes the sandbox: a surge becomes an
+executed scale-up, and a new pool gets its past request rate once. Service tier: needs `make system-deps`."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+
+from controlplane.models import Pool
+from scaling import loop
+from scaling.choices import ProposalState
+from scaling.drivers.kubernetes import KubernetesDriver
+from scaling.drivers.registry import workload_of
+from scaling.models import PlannerMemory, Proposal, SignalSample
+
+@pytest.mark.prometheus
+@pytest.mark.django_db(transaction=True)
+def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: User, settings) -> None:
+    from sandbox.registration import register
+    from sandbox.runtime import Sandbox, SandboxConfig
+    from sandbox.replica import wait_until
+
+    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
+    config = SandboxConfig(pools=1, scenario="surge", speed=8.0, cold_start_s=4.0, scrape_interval_s=1.0,
+                           max_num_seqs=2)
+    with Sandbox(config) as sandbox:
+        register(sandbox)
+        pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
+
+        def scaled_up() -> bool:
+            loop.tick([pool])
+            return Proposal.objects.filter(pool=pool, target_replicas__gt=1).exists()
+
+        assert wait_until(scaled_up, 90, interval=2.0), "no scale-up proposal during the surge"
+        proposal = Proposal.objects.filter(pool=pool).order_by("created_at").first()
+        assert proposal.kind == "reactive" and proposal.decided_channel == "auto"
+        assert any(reason["code"] == "ReactiveQueueDepth" for reason in proposal.reasons)
+        assert proposal.signals["queue_depth"] > 0
+        assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
+        status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
+        assert status.desired >= proposal.target_replicas
+
+
+@pytest.mark.prometheus
+@pytest.mark.django_db(transaction=True)
+def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User, settings) -> None:  # noqa: ANN001
+    from sandbox.registration import register
+    from sandbox.runtime import Sandbox, SandboxConfig
+
+    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
+    config = SandboxConfig(pools=1, scenario="steady", cold_start_s=0.5, scrape_interval_s=1.0, history_hours=3.0)
+    with Sandbox(config) as sandbox:
+        register(sandbox)
+        pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
+        report = loop.tick([pool])
+        assert not any("history" in where for where in report.errors), report.errors
+        from django.utils import timezone
+
+        old = SignalSample.objects.filter(pool=pool, at__lt=timezone.now() - timedelta(hours=1))
+        assert old.count() >= 5 and all(rate > 0 for rate in old.values_list("request_rate_rps", flat=True))
+        assert PlannerMemory.objects.get(pool=pool).history_backfilled_at is not None
+        before = SignalSample.objects.filter(pool=pool).count()
+        loop.tick([pool])
+        assert SignalSample.objects.filter(pool=pool).count() == before + 1  # only the new tick's sample
