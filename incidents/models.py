@@ -153,7 +153,8 @@ class Silence(models.Model):
 
     class Meta:
         ordering = ["-ends_at", "-id"]
-        constraints = [models.CheckConstraint(condition=Q(ends_at__gt=models.F("starts_at")), name="silence_ends_after_start")]
+        constraints = [models.CheckConstraint(condition=Q(ends_at__gte=models.F("starts_at")),
+                                              name="silence_ends_not_before_start")]
 
     def __str__(self) -> str:
         return f"silence #{self.pk} ({self.team_id}) until {self.ends_at:%Y-%m-%d %H:%M}"

@@ -73,6 +73,8 @@ class BurnRule:
 BURN_FAST = BurnRule(Rule("slo_burn_fast", P0, "Fast error-budget burn", capacity=True), HOUR, 5 * MINUTE, 14.4)
 BURN_SLOW = BurnRule(Rule("slo_burn_slow", P1, "Slow error-budget burn", capacity=True), 6 * HOUR, 30 * MINUTE, 6.0)
 BURN_RULES = (BURN_FAST, BURN_SLOW)
+RULES = {rule.key: rule for rule in (OUTAGE, TTFT_P99, ERRORS, TTFT_P95, QUEUE_GROWTH, STALE, HEARTBEAT, COLD_START,
+                                     *(burn.rule for burn in BURN_RULES))}
 BURN_WINDOWS_S = sorted({w for b in BURN_RULES for w in (b.long_s, b.short_s)})
 MIN_WINDOW_SAMPLES = 3
 
