@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Count, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
@@ -82,11 +82,16 @@ def slo_totals(pools: Sequence[Pool], now: datetime) -> dict[int, dict[float, ru
     for window_s in rules.BURN_WINDOWS_S:
         inside = Q(at__gt=now - timedelta(seconds=window_s))
         aggregates |= {f"bad_{window_s:g}": Sum("bad", filter=inside), f"total_{window_s:g}": Sum("total", filter=inside),
-                       f"n_{window_s:g}": Count("pk", filter=inside)}
+                       f"n_{window_s:g}": Count("pk", filter=inside), f"oldest_{window_s:g}": Min("at", filter=inside)}
     since = now - timedelta(seconds=max(rules.BURN_WINDOWS_S))
     rows = SloSample.objects.filter(slo__pool__in=pools, at__gt=since, at__lte=now).values("slo_id").annotate(**aggregates)
-    return {row["slo_id"]: {w: rules.WindowTotals(row[f"bad_{w:g}"] or 0.0, row[f"total_{w:g}"] or 0.0, row[f"n_{w:g}"])
-                            for w in rules.BURN_WINDOWS_S} for row in rows}
+    return {row["slo_id"]: {w: _totals(row, w, now) for w in rules.BURN_WINDOWS_S} for row in rows}
+
+
+def _totals(row: dict[str, Any], window_s: float, now: datetime) -> rules.WindowTotals:
+    oldest = row[f"oldest_{window_s:g}"]
+    return rules.WindowTotals(row[f"bad_{window_s:g}"] or 0.0, row[f"total_{window_s:g}"] or 0.0, row[f"n_{window_s:g}"],
+                              (now - oldest).total_seconds() if oldest else 0.0)
 
 
 def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFacts]:

@@ -77,6 +77,8 @@ RULES = {rule.key: rule for rule in (OUTAGE, TTFT_P99, ERRORS, TTFT_P95, QUEUE_G
                                      *(burn.rule for burn in BURN_RULES))}
 BURN_WINDOWS_S = sorted({w for b in BURN_RULES for w in (b.long_s, b.short_s)})
 MIN_WINDOW_SAMPLES = 3
+# A window is judged once its samples span half of it: 45 s of history is no 6-hour burn rate.
+MIN_WINDOW_COVERAGE = 0.5
 
 # SLO indicator → the signal that measures it (latency SLO thresholds are in ms, signals in s).
 SLO_SIGNALS = {"e2e_p95": "e2e_p95_s", "e2e_p99": "e2e_p99_s", "ttft_p95": "ttft_p95_s",
@@ -131,15 +133,16 @@ class Sample:
 
 @dataclass(frozen=True)
 class WindowTotals:
-    """Sums over one window of SLO observations: bad and total weight, and how many ticks were known."""
+    """Sums over one window of SLO observations: bad and total weight, how many ticks were known,
+    and how far back the oldest of them lies."""
 
     bad: float = 0.0
     total: float = 0.0
     samples: int = 0
+    span_s: float = 0.0
 
-    @property
-    def bad_share(self) -> float | None:
-        if self.samples < MIN_WINDOW_SAMPLES or self.total <= 0:
+    def bad_share(self, window_s: float) -> float | None:
+        if self.samples < MIN_WINDOW_SAMPLES or self.total <= 0 or self.span_s < window_s * MIN_WINDOW_COVERAGE:
             return None
         return self.bad / self.total
 
@@ -185,8 +188,9 @@ def slo_observation(indicator: str, threshold: float, signals: Mapping[str, floa
 
 def window_totals(observations: Iterable[tuple[float, float, float]], now_s: float, window_s: float) -> WindowTotals:
     """Sum (at_s, bad, total) observations inside (now - window, now]; the database does the same in SQL."""
-    inside = [(bad, total) for at_s, bad, total in observations if now_s - window_s < at_s <= now_s]
-    return WindowTotals(sum(b for b, _ in inside), sum(t for _, t in inside), len(inside))
+    inside = [(at_s, bad, total) for at_s, bad, total in observations if now_s - window_s < at_s <= now_s]
+    span_s = now_s - min((at_s for at_s, _, _ in inside), default=now_s)
+    return WindowTotals(sum(b for _, b, _ in inside), sum(t for _, _, t in inside), len(inside), span_s)
 
 
 # --- the rules -------------------------------------------------------------------------------------
@@ -283,7 +287,7 @@ def burn(facts: PoolFacts, slo: SloFacts, burn_rule: BurnRule) -> Verdict:
     labels = _labels(facts, rule, slo=str(slo.slo_id))
     rates = {}
     for name, window_s in (("long", burn_rule.long_s), ("short", burn_rule.short_s)):
-        share = slo.totals.get(window_s, WindowTotals()).bad_share
+        share = slo.totals.get(window_s, WindowTotals()).bad_share(window_s)
         rates[name] = None if share is None or budget <= 0 else share / budget
     numbers = {"burn_long": rates["long"], "burn_short": rates["short"], "factor": burn_rule.factor,
                "long_window_s": burn_rule.long_s, "short_window_s": burn_rule.short_s}
@@ -360,8 +364,8 @@ def inhibitor(rule: Rule, warming: Sequence[Warming], now_s: float) -> tuple[int
         return None
     held = max(live, key=lambda w: w.ready_by_s)
     return held.proposal_id, (
-        f"held back: scale-up #{held.proposal_id} ({held.current_replicas} → {held.target_replicas} replicas) was "
-        f"approved {now_s - held.since_s:.0f} s ago and is expected ready within {held.ready_by_s - now_s:.0f} s")
+        f"held back: approved scale-up #{held.proposal_id} ({held.current_replicas} → {held.target_replicas} replicas) "
+        f"has been warming for {now_s - held.since_s:.0f} s and is expected ready within {held.ready_by_s - now_s:.0f} s")
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def test_it_fingerprints_by_labels_only() -> None:
 
 
 def _slo(bad_share_by_window: dict[float, float | None], objective: float = 0.99) -> rules.SloFacts:
-    totals = {w: rules.WindowTotals(share * 100, 100.0, 100) if share is not None else rules.WindowTotals()
+    totals = {w: rules.WindowTotals(share * 100, 100.0, 100, w) if share is not None else rules.WindowTotals()
               for w, share in bad_share_by_window.items()}
     return rules.SloFacts(slo_id=11, name="TTFT p95 ≤ 1000 ms", objective=objective, totals=totals)
 
@@ -188,8 +188,10 @@ def test_it_observes_one_tick_of_an_slo(indicator: str, threshold: float, signal
 
 def test_it_sums_a_window_of_observations() -> None:
     observations = [(NOW - 400, 1.0, 1.0), (NOW - 200, 1.0, 1.0), (NOW - 100, 0.0, 1.0), (NOW, 0.0, 1.0)]
-    assert rules.window_totals(observations, NOW, 300) == rules.WindowTotals(1.0, 3.0, 3)
-    assert rules.WindowTotals(1.0, 3.0, 2).bad_share is None  # too few ticks to judge
+    assert rules.window_totals(observations, NOW, 300) == rules.WindowTotals(1.0, 3.0, 3, 200.0)
+    assert rules.WindowTotals(1.0, 3.0, 3, 200.0).bad_share(300) == pytest.approx(1 / 3)
+    assert rules.WindowTotals(1.0, 3.0, 2, 200.0).bad_share(300) is None  # too few ticks to judge
+    assert rules.WindowTotals(1.0, 3.0, 3, 100.0).bad_share(300) is None  # too short a history for the window
 
 
 # --- inhibition and silences ------------------------------------------------------------------------------
@@ -198,7 +200,8 @@ def test_it_sums_a_window_of_observations() -> None:
 def test_it_holds_back_capacity_alerts_while_a_scale_up_warms() -> None:
     warming = [rules.Warming(proposal_id=5, current_replicas=2, target_replicas=6, since_s=NOW - 40, ready_by_s=NOW + 50)]
     held = rules.inhibitor(rules.TTFT_P95, warming, NOW)
-    assert held == (5, "held back: scale-up #5 (2 → 6 replicas) was approved 40 s ago and is expected ready within 50 s")
+    assert held == (5, "held back: approved scale-up #5 (2 → 6 replicas) has been warming for 40 s and is expected "
+                       "ready within 50 s")
     assert rules.inhibitor(rules.ERRORS, warming, NOW) is None  # more replicas do not cure errors
     assert rules.inhibitor(rules.OUTAGE, warming, NOW) is None  # a total outage always pages
     assert rules.inhibitor(rules.TTFT_P95, warming, NOW + 50) is None  # overdue: no longer held
