@@ -314,8 +314,9 @@ def _notify(alert: Alert, pool: Pool | None, now: datetime, result: Evaluation) 
             channels = Channel.objects.filter(team_id=alert.team_id, enabled=True)
             result.notifications += _enqueue(channels, alert, NotificationKind.ALERT_FIRING, pool, now)
     elif alert.state == AlertState.RESOLVED and alert.announced_at is not None:
-        told = Notification.objects.filter(alert=alert, kind=NotificationKind.ALERT_FIRING) \
-            .exclude(state=NotificationState.SKIPPED).values("channel_id")
+        told = Notification.objects.filter(alert=alert, kind=NotificationKind.ALERT_FIRING,
+                                           state__in=[NotificationState.PENDING, NotificationState.DELIVERED]) \
+            .values("channel_id")
         channels = Channel.objects.filter(pk__in=told, enabled=True)
         result.notifications += _enqueue(channels, alert, NotificationKind.ALERT_RESOLVED, pool, now)
 
