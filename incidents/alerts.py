@@ -288,18 +288,18 @@ def _hold_back(alert: Alert, rule: rules.Rule, warming: Sequence[rules.Warming],
     held = rules.inhibitor(rule, warming, now.timestamp())
     proposal_id, reason = held if held else (None, "")
     silence = next((s for s, matchers in silences if rules.matches(matchers, alert.labels)), None)
-    changed = []
+    changed = False
     if proposal_id != alert.inhibited_by_id:
         _note(alert, reason or "no longer held back: the scale-up is ready, failed or overdue", now,
               inhibited_by=proposal_id)
-        changed.append("inhibited_by")
+        changed = True
     if (silence.pk if silence else None) != alert.silenced_by_id:
         _note(alert, f"silenced by silence #{silence.pk} until {silence.ends_at:%Y-%m-%d %H:%M} UTC" if silence
               else "silence ended", now, silenced_by=silence.pk if silence else None)
-        changed.append("silenced_by")
-    alert.inhibited_by_id, alert.inhibited_reason = proposal_id, reason
-    alert.silenced_by = silence
-    if changed or alert.inhibited_reason != reason:
+        changed = True
+    if changed or alert.inhibited_reason != reason:  # the countdown in the reason moves on every tick
+        alert.inhibited_by_id, alert.inhibited_reason = proposal_id, reason
+        alert.silenced_by = silence
         alert.save(update_fields=["inhibited_by", "inhibited_reason", "silenced_by"])
 
 
