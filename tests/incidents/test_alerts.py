@@ -262,3 +262,12 @@ def test_it_skips_channels_whose_integration_is_off(pool: Pool, slack_channel: C
     evaluate(pool, T0 + timedelta(seconds=45))
     assert Notification.objects.count() == 1  # nothing went out, so no resolve message either
     assert AlertEvent.objects.filter(alert__rule="outage").count() == 3  # pending, firing, resolved
+
+
+def test_it_groups_a_pools_alerts_in_its_messages(pool: Pool, slack_channel: Channel, receiver: Receiver) -> None:
+    for second in (0, 30, 60):
+        evaluate(pool, T0 + timedelta(seconds=second), ready_replicas=0.0, request_rate_rps=2.0, error_rate=0.3)
+    outage, errors = (message.json() for message in receiver.at(HOOK))
+    assert outage["text"].startswith("P0 firing: No ready replica") and "Also firing here" not in str(outage)
+    assert errors["text"].startswith("P0 firing: Error rate above 5 %")
+    assert "*Also firing here* P0 outage" in errors["blocks"][0]["text"]["text"]
