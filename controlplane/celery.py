@@ -24,6 +24,9 @@ app.conf.beat_schedule = {
     # The notification outbox's safety net: events missed after commit, and retries whose backoff has passed.
     # New events go out at once (on commit); this bounds the delay after a worker or broker outage to 15 s.
     "sweep-notification-outbox": {"task": "incidents.tasks.sweep_outbox", "schedule": 15.0, "options": {"expires": 14}},
+    # Alert rules from the loop's last tick, and the heartbeat that notices the loop itself stopped. It runs
+    # apart from the tick on purpose: a dead tick cannot report its own death. 15 s: one scrape, one tick.
+    "evaluate-alerts": {"task": "incidents.tasks.evaluate_alerts", "schedule": 15.0, "options": {"expires": 14}},
     # One reminder per pending proposal a few minutes before expiry; minute resolution is plenty.
     "remind-pending-proposals": {"task": "incidents.tasks.remind_proposals", "schedule": 60.0, "options": {"expires": 55}},
 }

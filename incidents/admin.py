@@ -1,9 +1,10 @@
-"""Django admin: channels and their outbox for inspection; Slack links (the audited command is preferred)."""
+"""Django admin: channels and their outbox, alerts and silences for inspection; Slack links (the audited
+command is preferred)."""
 from __future__ import annotations
 
 from django.contrib import admin
 
-from incidents.models import Channel, Notification, SlackIdentity, SlackInteraction
+from incidents.models import Alert, Channel, Notification, Silence, SlackIdentity, SlackInteraction
 
 
 @admin.register(Channel)
@@ -28,3 +29,15 @@ class SlackIdentityAdmin(admin.ModelAdmin):
 class SlackInteractionAdmin(admin.ModelAdmin):
     list_display = ["received_at", "slack_user_id", "action_id", "proposal_id", "outcome"]
     list_filter = ["outcome"]
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = ["started_at", "tier", "rule", "pool", "cluster", "state", "fired_at", "resolved_at", "summary"]
+    list_filter = ["state", "tier", "rule"]
+    readonly_fields = ["inhibited_by", "silenced_by"]
+
+
+@admin.register(Silence)
+class SilenceAdmin(admin.ModelAdmin):
+    list_display = ["team", "matchers", "starts_at", "ends_at", "created_by", "comment"]

@@ -1,5 +1,7 @@
-"""Kinds and states for notification channels and their outbox."""
+"""Kinds and states for notification channels and their outbox, and for alerts."""
 from django.db import models
+
+from incidents import rules
 
 
 class ChannelKind(models.TextChoices):
@@ -12,6 +14,8 @@ class NotificationKind(models.TextChoices):
     UPDATE = "update", "Update of the posted message"
     REMINDER = "reminder", "Reminder before expiry"
     REPLY = "reply", "Ephemeral reply to a Slack click"
+    ALERT_FIRING = "alert_firing", "Alert firing"
+    ALERT_RESOLVED = "alert_resolved", "Alert resolved"
 
 
 class NotificationState(models.TextChoices):
@@ -38,3 +42,27 @@ class SlackOutcome(models.TextChoices):
 
 
 SLACK_ACTIONS = {"approve_proposal": "approve", "reject_proposal": "reject"}
+
+
+class AlertTier(models.TextChoices):
+    """design.md §5: how soon a person must act."""
+
+    P0 = rules.P0, "P0: page now"
+    P1 = rules.P1, "P1: within the hour"
+    P2 = rules.P2, "P2: next working day"
+    P3 = rules.P3, "P3: this sprint"
+
+
+class AlertState(models.TextChoices):
+    PENDING = rules.PENDING, "Pending (waiting out its for duration)"
+    FIRING = rules.FIRING, "Firing"
+    RESOLVED = rules.RESOLVED, "Resolved"
+    CLEARED = rules.CLEARED, "Cleared before it fired"
+
+
+ACTIVE_ALERT_STATES = frozenset({AlertState.PENDING, AlertState.FIRING})
+TERMINAL_ALERT_STATES = frozenset(set(AlertState) - ACTIVE_ALERT_STATES)
+ALERT_TRANSITIONS: dict[str, frozenset[str]] = {
+    AlertState.PENDING: frozenset({AlertState.FIRING, AlertState.CLEARED}),
+    AlertState.FIRING: frozenset({AlertState.RESOLVED}),
+}

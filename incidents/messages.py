@@ -1,4 +1,4 @@
-"""What a message says about a proposal, gathered once for every transport and template."""
+"""What a message says about a proposal or an alert, gathered once for every transport and template."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +7,9 @@ from datetime import datetime
 from django.conf import settings
 from django.urls import reverse
 
+from incidents import rules
+from incidents.choices import AlertState, NotificationKind
+from incidents.models import Alert
 from scaling.choices import ProposalState
 from scaling.models import Proposal
 
@@ -69,4 +72,40 @@ def proposal_facts(proposal: Proposal) -> ProposalFacts:
         decided_channel=proposal.decided_channel, decision_comment=proposal.decision_comment,
         last_error=proposal.last_error, measured_cold_start_s=proposal.measured_cold_start_s,
         url=settings.SITE_URL.rstrip("/") + reverse("approvals") + f"#proposal-{proposal.pk}",
+    )
+
+
+@dataclass(frozen=True)
+class AlertFacts:
+    id: int
+    rule: str
+    title: str
+    tier: str
+    state: str
+    firing: bool
+    pool: str
+    cluster: str
+    team: str
+    summary: str
+    numbers: dict
+    started_at: datetime
+    fired_at: datetime | None
+    resolved_at: datetime | None
+    others_active: list[str]  # the rest of the pool's group, e.g. "P1 queue_growth"
+    url: str
+
+
+def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:
+    """The alert as it is now, with the other active alerts of its group (its pool). A message's kind
+    says which news it carries: a firing message sent late still says firing."""
+    rule = rules.RULES.get(alert.rule)
+    group = Alert.objects.filter(state=AlertState.FIRING, team_id=alert.team_id).exclude(pk=alert.pk)
+    group = group.filter(pool_id=alert.pool_id) if alert.pool_id else group.filter(cluster_id=alert.cluster_id, pool=None)
+    return AlertFacts(
+        id=alert.pk, rule=alert.rule, title=rule.title if rule else alert.rule, tier=alert.tier, state=alert.state,
+        firing=kind == NotificationKind.ALERT_FIRING if kind else alert.state == AlertState.FIRING, pool=str(alert.pool) if alert.pool_id else "",
+        cluster=alert.cluster.name, team=alert.team.name, summary=alert.summary, numbers=dict(alert.numbers or {}),
+        started_at=alert.started_at, fired_at=alert.fired_at, resolved_at=alert.resolved_at,
+        others_active=[f"{tier} {key}" for tier, key in group.order_by("tier", "rule").values_list("tier", "rule")],
+        url=settings.SITE_URL.rstrip("/") + reverse("incidents:alerts") + f"#alert-{alert.pk}",
     )

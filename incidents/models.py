@@ -1,12 +1,21 @@
-"""Notification channels, the outbox of notifications, the Slack messages we posted, and Slack links."""
+"""Notification channels, the outbox of notifications, the Slack messages we posted, Slack links; alerts,
+their events, silences, and the per-tick SLO observations burn rates are computed from."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from controlplane.models import Team
-from incidents.choices import ChannelKind, NotificationKind, NotificationState, SlackOutcome
+from controlplane.models import SLO, Cluster, Pool, Team
+from incidents.choices import (
+    ACTIVE_ALERT_STATES,
+    AlertState,
+    AlertTier,
+    ChannelKind,
+    NotificationKind,
+    NotificationState,
+    SlackOutcome,
+)
 from incidents.specs import ChannelSpec
 from scaling.models import Proposal, ProposalEvent
 
@@ -56,6 +65,7 @@ class Notification(models.Model):
     channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="notifications")
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
     event = models.ForeignKey(ProposalEvent, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    alert = models.ForeignKey("Alert", on_delete=models.CASCADE, null=True, blank=True, related_name="notifications")
     kind = models.CharField(max_length=16, choices=NotificationKind.choices)
     state = models.CharField(max_length=16, choices=NotificationState.choices, default=NotificationState.PENDING)
     # Replies carry their own text and Slack response_url; other kinds render the proposal as it is when sent.
@@ -75,6 +85,9 @@ class Notification(models.Model):
                                     name="notification_one_post_per_proposal"),
             models.UniqueConstraint(fields=["channel", "proposal"], condition=Q(kind=NotificationKind.REMINDER),
                                     name="notification_one_reminder_per_proposal"),
+            # One message per alert firing and one on resolve, per channel.
+            models.UniqueConstraint(fields=["channel", "alert", "kind"], condition=Q(alert__isnull=False),
+                                    name="notification_one_per_alert_and_kind"),
         ]
         indexes = [models.Index(fields=["state", "next_attempt_at"])]
 
@@ -121,3 +134,107 @@ class SlackInteraction(models.Model):
 
     class Meta:
         ordering = ["-received_at"]
+
+
+class Silence(models.Model):
+    """Mutes the notifications of a team's alerts whose labels match, until `ends_at`. Alerts still fire."""
+
+    team_lookups = ("team",)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="silences")
+    matchers = models.JSONField(help_text='All must match: [{"label": "pool", "value": "12"}] (incidents/rules.py).')
+    comment = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(db_index=True)
+    expired_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+", help_text="Who ended it early, if anyone.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-ends_at", "-id"]
+        constraints = [models.CheckConstraint(condition=Q(ends_at__gte=models.F("starts_at")),
+                                              name="silence_ends_not_before_start")]
+
+    def __str__(self) -> str:
+        return f"silence #{self.pk} ({self.team_id}) until {self.ends_at:%Y-%m-%d %H:%M}"
+
+
+class Alert(models.Model):
+    """One firing (or pending) of one rule for one pool or cluster, from first seen to resolved.
+
+    At most one active alert per fingerprint: a rule that keeps firing updates its alert, it never
+    opens a second one. Only the services in incidents/alerts.py write `state`, each time with an event.
+    """
+
+    team_lookups = ("team",)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="alerts")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="alerts")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="alerts")
+    rule = models.CharField(max_length=64)
+    tier = models.CharField(max_length=2, choices=AlertTier.choices)
+    fingerprint = models.CharField(max_length=32, db_index=True)
+    labels = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=AlertState.choices, default=AlertState.PENDING)
+    summary = models.TextField(blank=True, help_text="The last evaluation, with its numbers.")
+    numbers = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(help_text="When the condition was first seen.")
+    fired_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    last_evaluated_at = models.DateTimeField()
+    inhibited_by = models.ForeignKey(Proposal, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                     help_text="The warming scale-up that holds this capacity alert back.")
+    inhibited_reason = models.TextField(blank=True)
+    silenced_by = models.ForeignKey(Silence, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts")
+    announced_at = models.DateTimeField(null=True, blank=True, help_text="When its firing message was queued.")
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["fingerprint"], condition=Q(state__in=sorted(ACTIVE_ALERT_STATES)),
+                                    name="alert_one_active_per_fingerprint"),
+        ]
+        indexes = [models.Index(fields=["state", "pool"]), models.Index(fields=["state", "cluster"])]
+
+    def __str__(self) -> str:
+        return f"{self.tier} {self.rule} {self.pool or self.cluster} ({self.state})"
+
+    @property
+    def group(self) -> str:
+        """Alerts are grouped per pool (per cluster for the loop's heartbeat)."""
+        return f"pool:{self.pool_id}" if self.pool_id else f"cluster:{self.cluster_id}"
+
+    @property
+    def held_back(self) -> bool:
+        return bool(self.inhibited_by_id or self.silenced_by_id)
+
+
+class AlertEvent(models.Model):
+    """One transition of an alert, or a note on it (held back, released): its timeline."""
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    actor_name = models.CharField(max_length=150, default="auto:system")
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"alert {self.alert_id}: {self.from_state or '∅'} → {self.to_state}"
+
+
+class SloSample(models.Model):
+    """One tick's observation of one SLO: bad and total (ticks for latency, requests/s for errors)."""
+
+    slo = models.ForeignKey(SLO, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField()
+    bad = models.FloatField()
+    total = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["slo", "at"], name="slosample_one_per_tick")]

@@ -1,9 +1,9 @@
-"""Celery tasks for notifications: thin, take ids, call services."""
+"""Celery tasks for notifications and alerts: thin, take ids, call services."""
 from __future__ import annotations
 
 from celery import shared_task
 
-from incidents import services
+from incidents import alerts, services
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -30,3 +30,10 @@ def sweep_outbox() -> None:
 def remind_proposals() -> None:
     for notification_id in services.remind_due():
         deliver_notification.delay(notification_id)
+
+
+@shared_task(ignore_result=True)
+def evaluate_alerts() -> None:
+    """Every pool's alert rules from the loop's last tick, and the loop's own heartbeat per cluster."""
+    alerts.evaluate_alerts()
+    alerts.evaluate_heartbeats()

@@ -1,4 +1,4 @@
-"""Web views: Slack's interaction endpoint, the channels page, and a user's Slack link."""
+"""Web views: Slack's interaction endpoint, the channels page, a user's Slack link, and the alerts list."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -14,7 +14,8 @@ from controlplane import permissions, services as core
 from controlplane.choices import Channel as ActorChannel, Role
 from incidents import services, slack
 from incidents.forms import ChannelForm, SlackLinkForm
-from incidents.models import Channel, Notification, SlackIdentity
+from incidents.choices import ACTIVE_ALERT_STATES, AlertState
+from incidents.models import Alert, Channel, Notification, Silence, SlackIdentity
 
 
 @csrf_exempt
@@ -92,3 +93,18 @@ def user_settings(request: HttpRequest) -> HttpResponse:
             return redirect("incidents:user-settings")
     identity = SlackIdentity.objects.filter(user=request.user).first()
     return render(request, "incidents/user_settings.html", {"form": form, "identity": identity})
+
+
+@login_required
+def alerts(request: HttpRequest) -> HttpResponse:
+    """Active alerts grouped per pool (the loop's heartbeat per cluster), then the latest resolved ones."""
+    visible = permissions.scoped(Alert.objects.select_related("pool", "cluster", "silenced_by", "inhibited_by"),
+                                 request.user)
+    active = list(visible.filter(state__in=ACTIVE_ALERT_STATES).order_by("cluster__name", "pool__name", "tier", "rule"))
+    groups: dict[str, list[Alert]] = {}
+    for alert in active:
+        groups.setdefault(str(alert.pool) if alert.pool_id else f"{alert.cluster.name} (control loop)", []).append(alert)
+    recent = visible.filter(state=AlertState.RESOLVED).order_by("-resolved_at")[:30]
+    silences = permissions.scoped(Silence.objects.select_related("team", "created_by"), request.user) \
+        .filter(ends_at__gt=timezone.now())
+    return render(request, "incidents/alerts.html", {"groups": groups, "recent": recent, "silences": silences})

@@ -3,8 +3,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.api.serializers import TeamSlugField
-from incidents import outbound
-from incidents.models import Channel, Notification
+from incidents import outbound, rules
+from incidents.models import Alert, Channel, Notification, Silence
 
 
 class ChannelSerializer(serializers.ModelSerializer):
@@ -34,6 +34,39 @@ class ChannelSerializer(serializers.ModelSerializer):
 class NotificationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Notification
-        fields = ["id", "channel", "proposal", "kind", "state", "attempts", "next_attempt_at", "last_error",
+        fields = ["id", "channel", "proposal", "alert", "kind", "state", "attempts", "next_attempt_at", "last_error",
                   "created_at", "delivered_at"]
         read_only_fields = fields
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    group = serializers.CharField(read_only=True, help_text="pool:<id>, or cluster:<id> for the loop's heartbeat.")
+
+    class Meta:
+        model = Alert
+        fields = ["id", "team", "cluster", "pool", "group", "rule", "tier", "state", "fingerprint", "labels", "summary",
+                  "numbers", "started_at", "fired_at", "resolved_at", "last_evaluated_at", "inhibited_by",
+                  "inhibited_reason", "silenced_by", "announced_at"]
+        read_only_fields = fields
+
+
+class SilenceSerializer(serializers.ModelSerializer):
+    team = TeamSlugField()
+    matchers = serializers.JSONField(help_text='All must match: [{"label": "pool", "value": "12"}]; labels: '
+                                               + ", ".join(rules.MATCHABLE) + ".")
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    expired_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Silence
+        fields = ["id", "team", "matchers", "comment", "starts_at", "ends_at", "created_by", "expired_by", "created_at"]
+        read_only_fields = ["created_by", "expired_by", "created_at"]
+        extra_kwargs = {"starts_at": {"required": False}}
+
+    def validate_matchers(self, value: object) -> object:
+        try:
+            rules.parse_matchers(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+        return value

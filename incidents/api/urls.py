@@ -5,5 +5,7 @@ from incidents.api import views
 router = SimpleRouter()
 router.register("channels", views.ChannelViewSet)
 router.register("notifications", views.NotificationViewSet)
+router.register("alerts", views.AlertViewSet)
+router.register("silences", views.SilenceViewSet)
 
 urlpatterns = router.urls

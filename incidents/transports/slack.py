@@ -1,4 +1,5 @@
-"""Slack incoming webhooks: one Block Kit message per proposal, edited in place through response_url."""
+"""Slack incoming webhooks: one Block Kit message per proposal, edited in place through response_url;
+one message when an alert fires and one when it resolves."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -17,7 +18,7 @@ from slack_sdk.models.blocks import (
 
 from incidents import outbound
 from incidents.choices import NotificationKind
-from incidents.messages import ProposalFacts, proposal_facts
+from incidents.messages import AlertFacts, ProposalFacts, alert_facts, proposal_facts
 from incidents.models import Notification, SlackMessage
 from incidents.specs import SlackSpec
 from incidents.transports.base import NothingToSend, Transport, TransportError, render
@@ -63,6 +64,14 @@ def proposal_message(facts: ProposalFacts, channel_id: int, *, reminder: bool = 
     }
 
 
+def alert_message(facts: AlertFacts) -> dict[str, Any]:
+    blocks: list[Block] = [
+        SectionBlock(text=MarkdownTextObject(text=render("slack/alert.txt", facts=facts))),
+        ContextBlock(elements=[MarkdownTextObject(text=render("slack/alert_context.txt", facts=facts))]),
+    ]
+    return {"text": render("slack/alert_fallback.txt", facts=facts), "blocks": [block.to_dict() for block in blocks]}
+
+
 class SlackTransport(Transport):
     spec_class = SlackSpec
     coalesce_updates = True
@@ -70,6 +79,9 @@ class SlackTransport(Transport):
 
     def notify(self, notification: Notification) -> None:
         kind = notification.kind
+        if notification.alert is not None:
+            self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind)))
+            return
         if kind == NotificationKind.REPLY:
             reply = {"response_type": "ephemeral", "replace_original": False, "text": notification.text}
             self._to_response_url(notification.response_url, reply)

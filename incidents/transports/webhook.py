@@ -1,4 +1,5 @@
-"""Generic webhooks: every proposal transition as signed JSON (PagerDuty-style or custom receivers).
+"""Generic webhooks: every proposal transition, and alerts firing and resolving, as signed JSON
+(PagerDuty-style or custom receivers).
 
 The receiver checks `X-Headroom-Signature: sha256=<hex>`, an HMAC-SHA256 with the channel's secret
 over `{X-Headroom-Timestamp}.{raw body}`, and may refuse old timestamps to stop replays.
@@ -12,7 +13,8 @@ import json
 import time
 from typing import Any
 
-from incidents.messages import proposal_facts
+from incidents.choices import NotificationKind
+from incidents.messages import alert_facts, proposal_facts
 from incidents.models import Notification
 from incidents.specs import WebhookSpec
 from incidents.transports.base import NothingToSend, Transport, render
@@ -29,7 +31,26 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 class WebhookTransport(Transport):
     spec_class = WebhookSpec
 
+    def event_name(self, notification: Notification) -> str:
+        if notification.alert is not None:
+            return "alert.resolved" if notification.kind == NotificationKind.ALERT_RESOLVED else "alert.firing"
+        return f"proposal.{notification.event.to_state}"  # type: ignore[union-attr]
+
+    def alert_payload(self, notification: Notification) -> dict[str, Any]:
+        facts = alert_facts(notification.alert, notification.kind)  # type: ignore[arg-type]
+        times = {name: value.isoformat() if value else None
+                 for name, value in (("started_at", facts.started_at), ("fired_at", facts.fired_at),
+                                     ("resolved_at", facts.resolved_at))}
+        return {
+            "event": self.event_name(notification),
+            "delivery": notification.pk,
+            "alert": dataclasses.asdict(facts) | times | {"fingerprint": notification.alert.fingerprint},  # type: ignore[union-attr]
+            "summary": render("webhook/alert_summary.txt", facts=facts),
+        }
+
     def payload(self, notification: Notification) -> dict[str, Any]:
+        if notification.alert is not None:
+            return self.alert_payload(notification)
         event = notification.event
         if event is None or notification.proposal is None:
             raise NothingToSend("webhooks carry proposal transitions only")
@@ -53,6 +74,6 @@ class WebhookTransport(Transport):
         headers = {
             TIMESTAMP_HEADER: timestamp,
             SIGNATURE_HEADER: signature(spec.secret, timestamp, body),
-            "X-Headroom-Event": f"proposal.{notification.event.to_state}",  # type: ignore[union-attr]
+            "X-Headroom-Event": self.event_name(notification),
         }
         self.post_json(spec.url, {}, headers, body=body)

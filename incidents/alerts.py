@@ -1,0 +1,395 @@
+"""Alert workflows: evaluate the rules, move alerts through their states, hold back, notify.
+
+`evaluate_alerts` reads what the control loop stored for each pool (the last decision and signals in
+PlannerMemory, recent SignalSamples, measured cold starts), records one SLO observation per tick for
+the burn-rate windows, asks the pure rules (incidents/rules.py) for verdicts and applies them under
+row locks: one active alert per fingerprint, an AlertEvent for every transition. `evaluate_heartbeats`
+judges the loop itself and must run apart from the tick (the beat does it). A firing alert that no
+silence and no warming scale-up holds back queues one message per channel; its resolve queues one
+more where the first went out. Delivery is the outbox's (incidents/services.py `deliver`).
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Least
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.models import Cluster, Pool, Team
+from incidents import rules
+from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState, NotificationKind, NotificationState
+from incidents.models import Alert, AlertEvent, Channel, Notification, Silence, SloSample
+from incidents.services import NotificationError, integration_enabled
+from scaling.choices import ProposalState
+from scaling.models import ColdStart, PlannerMemory, Proposal, SignalSample
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_COLD_START_S = 90.0  # as scaling.loop: a pool's expected cold start until one is measured
+HISTORY = timedelta(minutes=10)  # queue growth reads 6 minutes, the outage rule the last known rate
+SLO_SAMPLE_RETENTION = timedelta(seconds=max(rules.BURN_WINDOWS_S) + 3600)
+
+
+class AlertError(NotificationError):
+    pass
+
+
+@dataclass
+class Evaluation:
+    """What one evaluation changed: alert ids by new state, notifications to deliver, pools that failed."""
+
+    changed: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    notifications: list[int] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+# --- reading the loop's records ---------------------------------------------------------------------
+
+
+def _decided_at(memory: PlannerMemory | None) -> datetime | None:
+    raw = (memory.last_decision or {}).get("at") if memory else None
+    return datetime.fromisoformat(raw) if raw else None
+
+
+def record_slo_samples(pools: Sequence[Pool], memories: dict[int, PlannerMemory], now: datetime) -> None:
+    """One observation per SLO per tick, keyed by the tick's time: evaluating twice writes it once."""
+    rows = []
+    for pool in pools:
+        memory = memories.get(pool.pk)
+        at = _decided_at(memory)
+        if memory is None or at is None:
+            continue
+        for slo in pool.slos.all():
+            observed = rules.slo_observation(slo.indicator, slo.threshold, memory.last_signals or {})
+            if observed is not None:
+                rows.append(SloSample(slo=slo, at=at, bad=observed[0], total=observed[1]))
+    SloSample.objects.bulk_create(rows, ignore_conflicts=True)
+    SloSample.objects.filter(slo__pool__in=pools, at__lt=now - SLO_SAMPLE_RETENTION).delete()
+
+
+def slo_totals(pools: Sequence[Pool], now: datetime) -> dict[int, dict[float, rules.WindowTotals]]:
+    """Every window's sums for every SLO of these pools, in one query."""
+    aggregates: dict[str, Any] = {}
+    for window_s in rules.BURN_WINDOWS_S:
+        inside = Q(at__gt=now - timedelta(seconds=window_s))
+        aggregates |= {f"bad_{window_s:g}": Sum("bad", filter=inside), f"total_{window_s:g}": Sum("total", filter=inside),
+                       f"n_{window_s:g}": Count("pk", filter=inside), f"oldest_{window_s:g}": Min("at", filter=inside)}
+    since = now - timedelta(seconds=max(rules.BURN_WINDOWS_S))
+    rows = SloSample.objects.filter(slo__pool__in=pools, at__gt=since, at__lte=now).values("slo_id").annotate(**aggregates)
+    return {row["slo_id"]: {w: _totals(row, w, now) for w in rules.BURN_WINDOWS_S} for row in rows}
+
+
+def _totals(row: dict[str, Any], window_s: float, now: datetime) -> rules.WindowTotals:
+    oldest = row[f"oldest_{window_s:g}"]
+    return rules.WindowTotals(row[f"bad_{window_s:g}"] or 0.0, row[f"total_{window_s:g}"] or 0.0, row[f"n_{window_s:g}"],
+                              (now - oldest).total_seconds() if oldest else 0.0)
+
+
+def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFacts]:
+    """The rules' inputs for every pool, read in a fixed number of queries."""
+    memories = {m.pool_id: m for m in PlannerMemory.objects.filter(pool__in=pools)}
+    record_slo_samples(pools, memories, now)
+    totals = slo_totals(pools, now)
+    history: dict[int, list[rules.Sample]] = defaultdict(list)
+    samples = SignalSample.objects.filter(pool__in=pools, at__gt=now - HISTORY, at__lte=now).order_by("at")
+    for pool_id, at, queue, rate in samples.values_list("pool_id", "at", "queue_depth", "request_rate_rps"):
+        history[pool_id].append(rules.Sample(at.timestamp(), queue, rate))
+    latest_cold = ColdStart.objects.filter(pool=OuterRef("pk")).order_by("-measured_at", "-pk").values("seconds")[:1]
+    cold = dict(Pool.objects.filter(pk__in=[p.pk for p in pools]).annotate(latest=Subquery(latest_cold))
+                .values_list("pk", "latest"))
+    facts = {}
+    for pool in pools:
+        memory = memories.get(pool.pk)
+        decision = (memory.last_decision or {}) if memory else {}
+        decided_at = _decided_at(memory)
+        slos = [rules.SloFacts(slo.pk, slo.short, slo.objective,
+                               totals.get(slo.pk, {})) for slo in pool.slos.all()]
+        facts[pool.pk] = rules.PoolFacts(
+            pool_id=pool.pk, now_s=now.timestamp(), decided_at_s=decided_at.timestamp() if decided_at else None,
+            signals=(memory.last_signals or {}) if memory else {},
+            staleness_alert=bool(decision.get("staleness_alert")),
+            signals_unknown_for_s=decision.get("signals_unknown_for_s"),
+            history=history.get(pool.pk, []), slos=slos,
+            cold_start_latest_s=cold.get(pool.pk), cold_start_p95_s=pool.cold_start_p95_s,
+        )
+    return facts
+
+
+def warming_scale_ups(pools: Sequence[Pool], now: datetime) -> dict[int, list[rules.Warming]]:
+    """Approved scale-ups not yet Ready, each expected Ready one cold-start p95 after it was applied
+    (or approved, while the cluster has not accepted it yet)."""
+    by_pk = {pool.pk: pool for pool in pools}
+    warming: dict[int, list[rules.Warming]] = defaultdict(list)
+    rows = Proposal.objects.filter(pool__in=pools, state__in=[ProposalState.APPROVED, ProposalState.EXECUTING],
+                                   decided_at__isnull=False)
+    for proposal in rows.only("pk", "pool_id", "current_replicas", "target_replicas", "decided_at", "applied_at"):
+        pool = by_pk[proposal.pool_id]
+        since = proposal.applied_at or proposal.decided_at
+        cold_start_s = pool.cold_start_p95_s or DEFAULT_COLD_START_S
+        warming[pool.pk].append(rules.Warming(proposal.pk, proposal.current_replicas, proposal.target_replicas,
+                                              since.timestamp(), since.timestamp() + cold_start_s))
+    return warming
+
+
+def active_silences(team_ids: Iterable[int], now: datetime) -> dict[int, list[tuple[Silence, tuple[rules.Matcher, ...]]]]:
+    silences: dict[int, list[tuple[Silence, tuple[rules.Matcher, ...]]]] = defaultdict(list)
+    for silence in Silence.objects.filter(team_id__in=set(team_ids), starts_at__lte=now, ends_at__gt=now).order_by("pk"):
+        try:
+            silences[silence.team_id].append((silence, rules.parse_matchers(silence.matchers)))
+        except ValueError:
+            logger.warning("silence %s has invalid matchers; it matches nothing", silence.pk)
+    return silences
+
+
+def last_ticks(now: datetime) -> dict[int, datetime | None]:
+    """Per cluster with pools, the newest record of a tick: a stored sample or a pool's recorded failure."""
+    newest = SignalSample.objects.filter(pool=OuterRef("pk"), at__lte=now).order_by("-at").values("at")[:1]
+    ticks: dict[int, datetime | None] = {}
+    for cluster_id, sampled, failed in Pool.objects.annotate(sampled=Subquery(newest)).values_list(
+            "cluster_id", "sampled", "planner__last_error_at"):
+        known = [at for at in (sampled, failed, ticks.get(cluster_id)) if at is not None]
+        ticks[cluster_id] = max(known) if known else None
+    return ticks
+
+
+# --- evaluating --------------------------------------------------------------------------------------
+
+
+def evaluate_alerts(pools: Iterable[Pool] | None = None, now: datetime | None = None) -> Evaluation:
+    """Evaluate every pool's alert rules from the loop's last tick (all pools by default).
+
+    Idempotent and safe from several workers at once; one pool's failure is logged and reported,
+    the others are still evaluated. The tick may call it for the pools it planned, the beat calls it for all.
+    """
+    now = now or timezone.now()
+    pools = list(pools) if pools is not None else list(Pool.objects.select_related("cluster", "team").prefetch_related("slos"))
+    result = Evaluation()
+    if not pools:
+        return result
+    facts = pool_facts(pools, now)
+    warming = warming_scale_ups(pools, now)
+    silences = active_silences({pool.team_id for pool in pools}, now)
+    for pool in pools:
+        try:
+            verdicts = rules.evaluate_pool(facts[pool.pk])
+            apply_verdicts(pool.team, pool.cluster, pool, verdicts, warming.get(pool.pk, []), silences, now, result)
+        except Exception as exc:  # noqa: BLE001 - this pool's alerts wait for the next evaluation
+            logger.exception("alert evaluation failed for pool %s", pool)
+            result.errors[str(pool)] = f"{type(exc).__name__}: {exc}"[:500]
+    _deliver_on_commit(result.notifications)
+    return result
+
+
+def evaluate_heartbeats(now: datetime | None = None) -> Evaluation:
+    """The control loop's heartbeat per cluster: firing when no tick was recorded for 60 s."""
+    now = now or timezone.now()
+    result = Evaluation()
+    ticks = last_ticks(now)
+    clusters = Cluster.objects.filter(pk__in=list(ticks)).select_related("team")
+    silences = active_silences({cluster.team_id for cluster in clusters}, now)
+    for cluster in clusters:
+        last = ticks[cluster.pk]
+        verdict = rules.heartbeat(cluster.pk, last.timestamp() if last else None, now.timestamp())
+        apply_verdicts(cluster.team, cluster, None, [verdict], [], silences, now, result)
+    _deliver_on_commit(result.notifications)
+    return result
+
+
+def apply_verdicts(team: Team, cluster: Cluster, pool: Pool | None, verdicts: Sequence[rules.Verdict],
+                   warming: Sequence[rules.Warming], silences: dict, now: datetime, result: Evaluation) -> None:
+    """Apply one group's verdicts (a pool's, or a cluster's heartbeat) under row locks."""
+    scope = Q(pool=pool) if pool is not None else Q(cluster=cluster, pool__isnull=True)
+    with transaction.atomic():
+        active = {a.fingerprint: a for a in Alert.objects.select_for_update().filter(scope, state__in=ACTIVE_ALERT_STATES)}
+        for verdict in verdicts:
+            alert = _apply(team, cluster, pool, active.pop(verdict.fingerprint, None), verdict, now, result)
+            if alert is not None:
+                _hold_back(alert, verdict.rule, warming, silences.get(team.pk, []), now)
+                _notify(alert, pool, now, result)
+        for orphan in active.values():  # its rule is gone (an SLO was deleted)
+            if _transition(orphan, AlertState.RESOLVED if orphan.state == AlertState.FIRING else AlertState.CLEARED,
+                           "the rule no longer exists", now):
+                result.changed[orphan.state].append(orphan.pk)
+                _notify(orphan, pool, now, result)
+
+
+def _apply(team: Team, cluster: Cluster, pool: Pool | None, alert: Alert | None, verdict: rules.Verdict,
+           now: datetime, result: Evaluation) -> Alert | None:
+    now_s = now.timestamp()
+    state = alert.state if alert else None
+    since = alert.started_at.timestamp() if alert else None
+    to_state = rules.step(state, since, verdict.status, verdict.rule.for_s, now_s)
+    if alert is None:
+        if to_state is None:
+            return None
+        alert = _open(team, cluster, pool, verdict, to_state, now)
+        if alert is not None:
+            result.changed[alert.state].append(alert.pk)
+        return alert
+    if verdict.status != rules.UNKNOWN:
+        alert.summary, alert.numbers = verdict.summary, dict(verdict.numbers)
+    alert.last_evaluated_at = now
+    alert.save(update_fields=["summary", "numbers", "last_evaluated_at"])
+    if to_state is not None and _transition(alert, to_state, verdict.summary, now):
+        result.changed[to_state].append(alert.pk)
+    return alert
+
+
+def _open(team: Team, cluster: Cluster, pool: Pool | None, verdict: rules.Verdict, state: str, now: datetime) -> Alert | None:
+    labels = dict(verdict.labels) | {"tier": verdict.rule.tier, "cluster": str(cluster.pk)}
+    try:
+        with transaction.atomic():
+            alert = Alert.objects.create(
+                team=team, cluster=cluster, pool=pool, rule=verdict.rule.key, tier=verdict.rule.tier,
+                fingerprint=verdict.fingerprint, labels=labels, state=state, summary=verdict.summary,
+                numbers=dict(verdict.numbers), started_at=now, last_evaluated_at=now,
+                fired_at=now if state == AlertState.FIRING else None,
+            )
+            AlertEvent.objects.create(alert=alert, at=now, to_state=state, reason=verdict.summary,
+                                      data=dict(verdict.numbers))
+    except IntegrityError:
+        return None  # another worker opened it a moment ago; the next evaluation carries on with it
+    return alert
+
+
+def _transition(alert: Alert, to_state: str, reason: str, now: datetime) -> bool:
+    """Move an alert if its state still allows it (a conditional UPDATE), with its event row."""
+    if to_state not in ALERT_TRANSITIONS.get(alert.state, frozenset()):
+        return False
+    stamps = {"fired_at": now} if to_state == AlertState.FIRING else {"resolved_at": now}
+    if not Alert.objects.filter(pk=alert.pk, state=alert.state).update(state=to_state, **stamps):
+        return False
+    AlertEvent.objects.create(alert=alert, at=now, from_state=alert.state, to_state=to_state, reason=reason,
+                              data=dict(alert.numbers or {}))
+    alert.state = to_state
+    for name, value in stamps.items():
+        setattr(alert, name, value)
+    return True
+
+
+def _note(alert: Alert, reason: str, now: datetime, **data: Any) -> None:
+    AlertEvent.objects.create(alert=alert, at=now, from_state=alert.state, to_state=alert.state, reason=reason, data=data)
+
+
+def _hold_back(alert: Alert, rule: rules.Rule, warming: Sequence[rules.Warming],
+               silences: Sequence[tuple[Silence, tuple[rules.Matcher, ...]]], now: datetime) -> None:
+    """Record which warming scale-up and which silence hold this alert back, noting each change."""
+    if alert.state not in ACTIVE_ALERT_STATES:
+        return
+    held = rules.inhibitor(rule, warming, now.timestamp())
+    proposal_id, reason = held if held else (None, "")
+    silence = next((s for s, matchers in silences if rules.matches(matchers, alert.labels)), None)
+    changed = False
+    if proposal_id != alert.inhibited_by_id:
+        _note(alert, reason or "no longer held back: the scale-up is ready, failed or overdue", now,
+              inhibited_by=proposal_id)
+        changed = True
+    if (silence.pk if silence else None) != alert.silenced_by_id:
+        _note(alert, f"silenced by silence #{silence.pk} until {silence.ends_at:%Y-%m-%d %H:%M} UTC" if silence
+              else "silence ended", now, silenced_by=silence.pk if silence else None)
+        changed = True
+    if changed or alert.inhibited_reason != reason:  # the countdown in the reason moves on every tick
+        alert.inhibited_by_id, alert.inhibited_reason = proposal_id, reason
+        alert.silenced_by = silence
+        alert.save(update_fields=["inhibited_by", "inhibited_reason", "silenced_by"])
+
+
+# --- notifying ---------------------------------------------------------------------------------------
+
+
+def _notify(alert: Alert, pool: Pool | None, now: datetime, result: Evaluation) -> None:
+    """One message per channel when an alert fires and nothing holds it back; one when it resolves."""
+    if alert.state == AlertState.FIRING and not alert.held_back and alert.announced_at is None:
+        if Alert.objects.filter(pk=alert.pk, announced_at__isnull=True).update(announced_at=now):
+            alert.announced_at = now
+            channels = Channel.objects.filter(team_id=alert.team_id, enabled=True)
+            result.notifications += _enqueue(channels, alert, NotificationKind.ALERT_FIRING, pool, now)
+    elif alert.state == AlertState.RESOLVED and alert.announced_at is not None:
+        told = Notification.objects.filter(alert=alert, kind=NotificationKind.ALERT_FIRING,
+                                           state__in=[NotificationState.PENDING, NotificationState.DELIVERED]) \
+            .values("channel_id")
+        channels = Channel.objects.filter(pk__in=told, enabled=True)
+        result.notifications += _enqueue(channels, alert, NotificationKind.ALERT_RESOLVED, pool, now)
+
+
+def _enqueue(channels: Iterable[Channel], alert: Alert, kind: str, pool: Pool | None, now: datetime) -> list[int]:
+    created = []
+    for channel in channels:
+        state, reason = NotificationState.PENDING, ""
+        if not integration_enabled(channel.kind):
+            state, reason = NotificationState.SKIPPED, f"the {channel.get_kind_display()} integration is switched off"
+        elif pool is not None and kind == NotificationKind.ALERT_FIRING and (quiet := _quiet_reason(channel, pool, now)):
+            state, reason = NotificationState.SKIPPED, quiet
+        try:
+            with transaction.atomic():
+                notification = Notification.objects.create(channel=channel, alert=alert, kind=kind, state=state,
+                                                           last_error=reason, next_attempt_at=now)
+        except IntegrityError:
+            continue  # this alert's message of this kind exists already
+        if state == NotificationState.PENDING:
+            created.append(notification.pk)
+    return created
+
+
+def _quiet_reason(channel: Channel, pool: Pool, now: datetime) -> str:
+    try:
+        return channel.spec.quiet_reason(pool.priority, now)
+    except ValueError:
+        return ""  # invalid settings fail the delivery, which says so
+
+
+def _deliver_on_commit(notification_ids: list[int]) -> None:
+    if not notification_ids:
+        return
+    from incidents import tasks  # tasks import this module
+
+    for notification_id in notification_ids:
+        transaction.on_commit(lambda pk=notification_id: tasks.deliver_notification.delay(pk), robust=True)
+
+
+# --- silences ----------------------------------------------------------------------------------------
+
+
+def create_silence(team: Team, matchers: object, ends_at: datetime, actor: core.Actor, *, comment: str = "",
+                   starts_at: datetime | None = None, now: datetime | None = None) -> Silence:
+    """Mute the team's matching alerts until `ends_at`. Raises AlertError on bad matchers or times."""
+    now = now or timezone.now()
+    starts_at = starts_at or now
+    try:
+        rules.parse_matchers(matchers)
+    except ValueError as exc:
+        raise AlertError(str(exc)) from exc
+    if ends_at <= max(starts_at, now):
+        raise AlertError("A silence must end in the future and after it starts.")
+    user = actor.user if isinstance(actor.user, AbstractBaseUser) else None
+    with transaction.atomic():
+        silence = Silence.objects.create(team=team, matchers=matchers, comment=comment, created_by=user,
+                                         starts_at=starts_at, ends_at=ends_at)
+        core.record(actor, "create", silence, team=team)
+    return silence
+
+
+def expire_silence(silence: Silence, actor: core.Actor, now: datetime | None = None) -> bool:
+    """End a silence now. Idempotent: False when it had already ended."""
+    now = now or timezone.now()
+    user = actor.user if isinstance(actor.user, AbstractBaseUser) else None
+    with transaction.atomic():
+        # A silence that has not started yet ends before it starts: its window shrinks to nothing.
+        ended = Silence.objects.filter(pk=silence.pk, ends_at__gt=now).update(
+            starts_at=Least("starts_at", Value(now)), ends_at=now, expired_by=user)
+        if ended:
+            core.record(actor, "expire_silence", silence, after={"ends_at": now.isoformat()}, team=silence.team)
+    return bool(ended)
+
+
+__all__ = ["AlertError", "Evaluation", "create_silence", "evaluate_alerts", "evaluate_heartbeats",
+           "expire_silence"]
