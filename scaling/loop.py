@@ -29,6 +29,7 @@ from django.utils import timezone
 from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
+from incidents.alerts import evaluate_alerts
 from scaling import services
 from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
@@ -462,6 +463,14 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: s
             release_cluster(cluster, holder, now)
         reports += cluster_reports
         errors.update(cluster_errors)
+    # Alerts from what this tick stored (the beat's own entry also checks the loop's heartbeat).
+    ticked = [pool for cluster_pools in by_cluster.values() if cluster_pools[0].cluster.name not in skipped
+              for pool in cluster_pools]
+    try:
+        errors.update(evaluate_alerts(ticked, now).errors)
+    except Exception as exc:  # noqa: BLE001 - alerting must never stop the loop; the beat retries
+        logger.exception("evaluating alerts failed")
+        errors["alerts"] = f"{type(exc).__name__}: {exc}"
     expired = services.expire_due(now)
     SignalSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
     return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired, skipped=skipped)
