@@ -1,7 +1,8 @@
 """The headroom policy against keda-queue and the clairvoyant schedule on a wider set of replays than issue 5's table.
 
     .venv/bin/python bench/headroom_suite.py [--traces ../shared/traces] [--seed-offset N] [--pool FIELD=VALUE ...]
-        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--no-baselines] [--json]
+        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--approval-delay-s S]
+        [--no-baselines] [--json]
 
 Why a suite: one trace rewards tuning to that trace. Each case is an Azure trace (request mode,
 the defaults of docs/simulator.md) reshaped so that its bursts, surges and rates differ: rate
@@ -78,6 +79,8 @@ def main() -> None:
     parser.add_argument("--cold-start-s", type=float, metavar="S", help="cold-start p50; p95 keeps the profile's ratio")
     parser.add_argument("--slo-ttft-ms", type=float, default=1000.0, metavar="MS")
     parser.add_argument("--warmup-s", type=float, default=600.0, metavar="S", help="seen by every policy, not scored")
+    parser.add_argument("--approval-delay-s", type=float, default=60.0, metavar="S",
+                        help="a person's answer to what policy does not approve (0: everything at once)")
     parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue (the clairvoyant is always run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -97,7 +100,8 @@ def main() -> None:
         clairvoyant = simulate(workload, config, "clairvoyant")
         pool = pool_plan_for(config, workload)
         pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
-        headroom = run_request_mode(workload, config, HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
+        policy = HeadroomPolicy(pool, approval_delay_s=args.approval_delay_s, tick_s=config.tick_s or 15.0)
+        headroom = run_request_mode(workload, config, policy)
         keda = None if args.no_baselines else simulate(workload, config, "keda-queue")
         row = {
             "case": label,

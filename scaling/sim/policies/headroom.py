@@ -28,7 +28,7 @@ import numpy as np
 
 from scaling.engine import decide
 from scaling.engine.decide import ApprovalModel, DecideState
-from scaling.engine.planner import Decision, PoolPlan, record_scale_event
+from scaling.engine.planner import Decision, PlannerState, PoolPlan, record_scale_event
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.sim.config import ClientConfig, SimConfig
 from scaling.sim.policies.base import Observation
@@ -102,7 +102,8 @@ class HeadroomState:
     keep_decisions: bool = False
 
     @property
-    def planner(self):  # noqa: ANN201 - the planner's part of the state
+    def planner(self) -> PlannerState:
+        """The planner's part of the state."""
         return self.decide.planner
 
 
