@@ -52,6 +52,7 @@ HISTORY_MAX_AGE = timedelta(seconds=decide.HISTORY_MAX_AGE_S)
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
 
+
 @dataclass(frozen=True)
 class PoolTick:
     pool: str

@@ -216,7 +216,8 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
     arriving_count = max(0, int(round(arriving.value))) if arriving.is_known else 0  # type: ignore[arg-type]
     inputs = PlanInput(
         now_s=now_s, signals=signals,
-        arriving_ready_in_s=arriving_ready_in(history.requested_at(), arriving_count, now_s, pool.cold_start_p95_s),
+        arriving_ready_in_s=arriving_ready_in(history.requested_at() if arriving_count else [], arriving_count, now_s,
+                                              pool.cold_start_p95_s),
         forecast_lead=lead, forecast_peak=peak, windows=windows,
         approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent),
     )
