@@ -1,14 +1,16 @@
-"""The headroom policy against keda-queue and the oracle on a wider set of replays than issue 5's table.
+"""The headroom policy against keda-queue and the clairvoyant schedule on a wider set of replays than issue 5's table.
 
     .venv/bin/python bench/headroom_suite.py [--traces ../shared/traces] [--seed-offset N] [--pool FIELD=VALUE ...]
-        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--no-baselines] [--json]
+        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--approval-delay-s S]
+        [--no-baselines] [--json]
 
 Why a suite: one trace rewards tuning to that trace. Each case is an Azure trace (request mode,
 the defaults of docs/simulator.md) reshaped so that its bursts, surges and rates differ: rate
 scales, surges of several sizes, lengths and start times, and three seeds for the copies a surge
-adds. For every case it prints the headroom policy's SLO attainment and GPU-hours over the oracle's,
+adds. For every case it prints the headroom policy's SLO attainment and GPU-hours over the clairvoyant's,
 with keda-queue for reference, then the aggregate: cases meeting the objective, the mean
-attainment shortfall below it, and the geometric mean of GPU-hours over the oracle's.
+attainment shortfall below it, and the geometric mean of GPU-hours over the clairvoyant's. The first
+`--warmup-s` seconds (default 600) are played to every policy and not scored.
 
 `--pool FIELD=VALUE` overrides a `PoolPlan` field (`scaling/engine/planner.py`) for every case,
 so a planner constant can be compared across the whole suite before it is changed.
@@ -76,47 +78,52 @@ def main() -> None:
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
     parser.add_argument("--cold-start-s", type=float, metavar="S", help="cold-start p50; p95 keeps the profile's ratio")
     parser.add_argument("--slo-ttft-ms", type=float, default=1000.0, metavar="MS")
-    parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue (the oracle is always run)")
+    parser.add_argument("--warmup-s", type=float, default=600.0, metavar="S", help="seen by every policy, not scored")
+    parser.add_argument("--approval-delay-s", type=float, default=60.0, metavar="S",
+                        help="a person's answer to what policy does not approve (0: everything at once)")
+    parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue (the clairvoyant is always run)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     overrides = parse_overrides(args.pool)
     profile = get_profile(args.profile)
-    config = SimConfig.for_profile(profile, slo_ttft_s=args.slo_ttft_ms / 1000.0)
+    config = SimConfig.for_profile(profile, slo_ttft_s=args.slo_ttft_ms / 1000.0, warmup_s=args.warmup_s)
     if args.cold_start_s is not None:
         ratio = profile.cold_start_p95_s / profile.cold_start_p50_s
         config = dataclasses.replace(config, cold_start=ColdStart(args.cold_start_s, args.cold_start_s * ratio))
     rows = []
     if not args.json:
-        print("| case | headroom attainment | × oracle GPU-h | keda-queue attainment | × oracle | oracle attainment / GPU-h |")
+        print("| case | headroom attainment | × clairvoyant GPU-h | keda-queue attainment | × clairvoyant "
+              "| clairvoyant attainment / GPU-h |")
         print("|---|---|---|---|---|---|")
     for label, file_name, scale, surge_spec, start_share, seed in CASES:
         workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed + args.seed_offset)
-        oracle = simulate(workload, config, "oracle")
+        clairvoyant = simulate(workload, config, "clairvoyant")
         pool = pool_plan_for(config, workload)
         pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
-        headroom = run_request_mode(workload, config, HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
+        policy = HeadroomPolicy(pool, approval_delay_s=args.approval_delay_s, tick_s=config.tick_s or 15.0)
+        headroom = run_request_mode(workload, config, policy)
         keda = None if args.no_baselines else simulate(workload, config, "keda-queue")
         row = {
             "case": label,
             "headroom": {"slo_attainment": headroom.slo_attainment, "gpu_hours": headroom.gpu_hours},
-            "oracle": {"slo_attainment": oracle.slo_attainment, "gpu_hours": oracle.gpu_hours},
+            "clairvoyant": {"slo_attainment": clairvoyant.slo_attainment, "gpu_hours": clairvoyant.gpu_hours},
             "keda-queue": None if keda is None else {"slo_attainment": keda.slo_attainment, "gpu_hours": keda.gpu_hours},
         }
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            keda_cells = "– | –" if keda is None else f"{keda.slo_attainment:.4f} | {keda.gpu_hours / oracle.gpu_hours:.2f}"
-            print(f"| {label} | {headroom.slo_attainment:.4f} | {headroom.gpu_hours / oracle.gpu_hours:.2f} | {keda_cells} "
-                  f"| {oracle.slo_attainment:.4f} / {oracle.gpu_hours:.2f} |", flush=True)
+            keda_cells = "– | –" if keda is None else f"{keda.slo_attainment:.4f} | {keda.gpu_hours / clairvoyant.gpu_hours:.2f}"
+            print(f"| {label} | {headroom.slo_attainment:.4f} | {headroom.gpu_hours / clairvoyant.gpu_hours:.2f} | {keda_cells} "
+                  f"| {clairvoyant.slo_attainment:.4f} / {clairvoyant.gpu_hours:.2f} |", flush=True)
     objective = config.slo_objective
     met = sum(r["headroom"]["slo_attainment"] >= objective for r in rows)
     shortfall = sum(max(0.0, objective - r["headroom"]["slo_attainment"]) for r in rows) / len(rows)
-    cost = math.exp(sum(math.log(r["headroom"]["gpu_hours"] / r["oracle"]["gpu_hours"]) for r in rows) / len(rows))
+    cost = math.exp(sum(math.log(r["headroom"]["gpu_hours"] / r["clairvoyant"]["gpu_hours"]) for r in rows) / len(rows))
     summary = {"cases": len(rows), "meeting_objective": met, "mean_shortfall": round(shortfall, 4),
-               "geomean_gpu_hours_over_oracle": round(cost, 3), "overrides": overrides}
+               "geomean_gpu_hours_over_clairvoyant": round(cost, 3), "overrides": overrides}
     print(json.dumps(summary) if args.json else f"\n{met}/{len(rows)} cases meet {objective:.0%}; mean shortfall "
-          f"{shortfall:.4f}; GPU-hours over the oracle's, geometric mean {cost:.3f}; overrides {overrides or 'none'}")
+          f"{shortfall:.4f}; GPU-hours over the clairvoyant's, geometric mean {cost:.3f}; overrides {overrides or 'none'}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from scaling.sim.loaders import load_trace
 from scaling.sim.runner import simulate
 from scaling.sim.transforms import rate_scale
 
-POLICY_NAMES = ("static", "hpa-util", "keda-queue", "oracle")
+POLICY_NAMES = ("static", "hpa-util", "keda-queue", "clairvoyant")
 SERVEGEN_RATE_SCALE = 0.05
 CASES = (
     ("azure-code", "AzureLLMInferenceTrace_code.csv", 1.0, "request"),

@@ -36,33 +36,22 @@ from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.drivers.signals import PoolSelector
-from scaling.engine import planner
-from scaling.engine.forecast import forecast
-from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan
-from scaling.engine.queue_depth import QueueDepthPolicy
-from scaling.engine.rate_series import from_values
+from scaling.engine import decide, planner
+from scaling.engine.planner import Decision, ForecastPoint, PoolPlan
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.models import PlannerMemory, Proposal, SignalSample, TickLease
 
 logger = logging.getLogger(__name__)
 
-FORECAST_BIN_S = 60.0  # samples are averaged into 1-minute bins before forecasting
-RECENT_HISTORY = timedelta(hours=2)  # the lead-time forecast reads the last 2 hours
-SEASONAL_BIN_S = 600.0  # the 30-minute forecast reads 10-minute bins over up to 8 days
-SEASONAL_HISTORY = timedelta(days=8)
-SEASONAL_EVERY = timedelta(minutes=5)
+# The backfill fetches what the decide step reads (scaling/engine/decide.py).
+FORECAST_BIN_S = decide.FORECAST_BIN_S
+RECENT_HISTORY = timedelta(seconds=decide.RECENT_HISTORY_S)
+SEASONAL_BIN_S = decide.SEASONAL_BIN_S
+SEASONAL_HISTORY = timedelta(seconds=decide.SEASONAL_HISTORY_S)
 SAMPLE_RETENTION = timedelta(days=9)
-# History whose newest known rate is older than this (beyond its own bin) no longer describes now.
-HISTORY_MAX_AGE = timedelta(minutes=5)
-DEFAULT_COLD_START_S = 90.0  # a pool's cold start until one is measured (design.md §2: 45-90 s)
-
-# Which planner term becomes which kind of proposal.
-KIND_BY_BINDING = {
-    planner.PREDICTIVE: ProposalKind.PRESCALE,
-    planner.SCHEDULED: ProposalKind.SCHEDULED,
-    planner.WARM_FLOOR: ProposalKind.WARM_POOL,
-    planner.PRESCALE_HOLD: ProposalKind.PRESCALE,
-}
+HISTORY_MAX_AGE = timedelta(seconds=decide.HISTORY_MAX_AGE_S)
+DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
+ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
 
 
 @dataclass(frozen=True)
@@ -165,72 +154,91 @@ def pool_plan(pool: Pool) -> PoolPlan:
     """The planner's view of a pool: its bounds, capacity, SLO and cold start."""
     slo = next((s for s in pool.slos.all() if s.indicator == SloIndicator.TTFT_P95), None)
     slo_latency_s = slo.threshold / 1000.0 if slo else 1.0
-    return PoolPlan(
+    return decide.pool_plan(
         capacity_rps_per_replica=pool.replica_capacity_rps,
         min_replicas=pool.min_replicas,
         max_replicas=pool.max_replicas,
         slo_latency_s=slo_latency_s,
+        slo_percentile=0.95,  # the indicator is the TTFT p95
         unloaded_latency_s=min(0.2, slo_latency_s / 2),
-        # Unmeasured is the default lead, never 0 s (a measured 0 would be a broken sample, not a fast pool).
-        cold_start_p95_s=pool.cold_start_p95_s if pool.cold_start_p95_s else DEFAULT_COLD_START_S,
-        decision_delay_s=30.0,
+        cold_start_p95_s=pool.cold_start_p95_s,
         warm_pool_fraction=pool.warm_pool_fraction,
-        # A live pool has no load-tested latency curve yet (the replay measures one), only the straight
-        # line to its SLO: latency may only lower the stated capacity, never raise it past the profile.
-        correction_max=1.0,
-        queue=QueueDepthPolicy(target_waiting_per_replica=pool.target_queue_per_replica,
-                               min_replicas=pool.min_replicas, max_replicas=pool.max_replicas),
+        target_queue_per_replica=pool.target_queue_per_replica,
+        # A live pool has no load-tested latency curve yet: latency may only lower the stated capacity.
     )
 
 
-def _binned_rates(pool: Pool, since: datetime, now: datetime, bin_s: float) -> np.ndarray:
-    """Mean request rate per bin ending now; NaN for bins with no known sample (a gap, not zero)."""
-    bins = int((now - since).total_seconds() // bin_s)
-    sums, counts = np.zeros(bins), np.zeros(bins)
-    rows = SignalSample.objects.filter(pool=pool, at__gt=since, request_rate_rps__isnull=False)
-    for at, rate in rows.values_list("at", "request_rate_rps"):
-        index = bins - 1 - int((now - at).total_seconds() // bin_s)
-        if 0 <= index < bins:
-            sums[index] += rate
-            counts[index] += 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+class DatabaseHistory:
+    """The decide step's `PoolHistory` of a live pool: its samples and proposals in the database."""
+
+    def __init__(self, pool: Pool, now: datetime) -> None:
+        self.pool, self.now = pool, now
+
+    def rates_since(self, since_s: float) -> tuple[np.ndarray, np.ndarray]:
+        rows = SignalSample.objects.filter(pool=self.pool, at__gt=datetime.fromtimestamp(since_s, self.now.tzinfo),
+                                           request_rate_rps__isnull=False).order_by("at")
+        values = list(rows.values_list("at", "request_rate_rps"))
+        return (np.array([at.timestamp() for at, _ in values], dtype=float),
+                np.array([rate for _, rate in values], dtype=float))
+
+    def requested_at(self) -> list[float]:
+        """Each replica added by a change applied in the last hour, at its applied time."""
+        applied = Proposal.objects.filter(pool=self.pool, applied_at__gt=self.now - ARRIVING_LOOKBACK).order_by("applied_at")
+        times: list[float] = []
+        for at, target, before, current in applied.values_list("applied_at", "target_replicas",
+                                                               "applied_from_replicas", "current_replicas"):
+            added = target - (before if before is not None else current)
+            times += [at.timestamp()] * max(0, added)
+        return times
+
+    def approved_floor(self, now_s: float) -> int:
+        return approved_floor(self.pool, datetime.fromtimestamp(now_s, self.now.tzinfo))
 
 
-def _forecast(values: np.ndarray, step_s: float, horizon_s: float, method: str = "adaptive") -> ForecastPoint | None:
-    """A forecast from binned rates ending now; None when there is too little, or when the history
-    stopped arriving (its newest known bin older than HISTORY_MAX_AGE): that is no forecast of now."""
-    finite = np.flatnonzero(np.isfinite(values))
-    if finite.size < 2 or (len(values) - 1 - finite[-1]) * step_s > HISTORY_MAX_AGE.total_seconds():
-        return None
-    trimmed = values[finite[0]:]
-    made = forecast(from_values(trimmed, step_s), horizon_s, method)
-    point = ForecastPoint(horizon_s, made.expected_rps, made.p90_rps)
-    return point if point.usable else None
+def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime
+              ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
+    """The decide step's forecasts from the stored history (refreshing the cached 30-minute one)."""
+    state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+    lead, peak, recent, seasonal = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan,
+                                                    state.seasonal)
+    memory.seasonal_forecast = decide.seasonal_dict(seasonal)
+    return lead, peak, recent
 
 
-def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
-    """The lead-time forecast (fine recent bins) and the 30-minute peak (coarse bins over days, cached)."""
-    recent = _binned_rates(pool, now - RECENT_HISTORY, now, FORECAST_BIN_S)
-    # The lead time is minutes: a self-tuned damped trend (as the replayed `headroom` policy uses).
-    lead = _forecast(recent, FORECAST_BIN_S, plan.lead_s, method="trend")
-    cached = memory.seasonal_forecast or {}
-    made_at = datetime.fromisoformat(cached["made_at"]) if cached.get("made_at") else None
-    if made_at is None or now - made_at >= SEASONAL_EVERY:
-        seasonal_rates = _binned_rates(pool, now - SEASONAL_HISTORY, now, SEASONAL_BIN_S)
-        far = _forecast(seasonal_rates, SEASONAL_BIN_S, plan.prescale_horizon_s) or _forecast(
-            recent, FORECAST_BIN_S, plan.prescale_horizon_s)
-        memory.seasonal_forecast = {"made_at": now.isoformat(), "expected": far.expected_rps if far else None,
-                                    "p90": far.p90_rps if far else None}
-    cached = memory.seasonal_forecast
-    far = (ForecastPoint(plan.prescale_horizon_s, cached["expected"], cached["p90"])
-           if cached.get("expected") is not None else None)
-    if lead is None:
-        return None, far, recent
-    if far is None:
-        return lead, lead, recent
-    peak = far if far.expected_rps >= lead.expected_rps else lead
-    return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps)), recent
+def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner.ScheduleWindow, ...]:
+    """Occurrences of the pool's weekly windows from yesterday to tomorrow, in epoch seconds.
+
+    The planner pre-scales one lead time (cold start + decision delay) before a window starts; a
+    window's own `lead_minutes` asks for more, so its start is moved earlier by the difference.
+    """
+    windows = []
+    for window in pool.schedules.all():
+        zone = ZoneInfo(window.time_zone)
+        local_today = now.astimezone(zone).date()
+        for offset in (-1, 0, 1):
+            day = local_today + timedelta(days=offset)
+            if day.weekday() != window.weekday:
+                continue
+            start = datetime.combine(day, window.start, zone)
+            end = datetime.combine(day + timedelta(days=1) if window.end <= window.start else day, window.end, zone)
+            extra_lead_s = max(0.0, window.lead_minutes * 60 - plan.lead_s)
+            windows.append(planner.ScheduleWindow(start.timestamp() - extra_lead_s, end.timestamp(),
+                                                  window.prescale_factor - 1.0))
+    return tuple(windows)
+
+
+def approved_floor(self, now_s: float) -> int:
+        return approved_floor(self.pool, datetime.fromtimestamp(now_s, self.now.tzinfo))
+
+
+def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime
+              ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
+    """The decide step's forecasts from the stored history (refreshing the cached 30-minute one)."""
+    state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+    lead, peak, recent, seasonal = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan,
+                                                    state.seasonal)
+    memory.seasonal_forecast = decide.seasonal_dict(seasonal)
+    return lead, peak, recent
 
 
 def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner.ScheduleWindow, ...]:
@@ -322,16 +330,10 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
     """Turn a decision into at most one proposal; nothing when an active one already asks for it."""
     auto = core.Actor(user=None, channel=Channel.AUTO)
     current = decision.current_replicas
-    if decision.prescale is not None:
-        kind, target = ProposalKind.PRESCALE, decision.prescale.target_replicas
-    elif decision.target_replicas is not None and current is not None and decision.target_replicas != current:
-        target = decision.target_replicas
-        kind = KIND_BY_BINDING.get(decision.binding, ProposalKind.REACTIVE)
-    else:
+    change = decide.proposed_change(decision, pool.min_replicas, pool.max_replicas)
+    if change is None or current is None:
         return []
-    target = max(pool.min_replicas, min(pool.max_replicas, target))
-    if current is None or target == current:
-        return []
+    kind, target = ProposalKind(change[0]), change[1]
     # Only proposals of the same track answer this decision: a pre-scale waiting for a person
     # never stands in for the reactive safety net, nor the other way round.
     if kind in PRESCALE_TRACK:
@@ -362,26 +364,21 @@ def _signals_dict(signals: PoolSignals) -> dict[str, Any]:
 
 
 def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
+    """Load the pool's state, run the decide step, persist what it learned, then act on it."""
     plan = pool_plan(pool)
     with transaction.atomic():
         memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
-        state = PlannerState.from_dict(memory.state) if memory.state else PlannerState()
-        rate = signals.request_rate_rps
-        lead, peak, recent = forecasts(pool, plan, memory, now)
-        finite_recent = recent[np.isfinite(recent)]
-        inputs = PlanInput(
-            now_s=now.timestamp(), signals=signals,
-            arriving_ready_in_s=arriving_ready_in(pool, signals, plan, now),
-            forecast_lead=lead, forecast_peak=peak, windows=schedule_windows(pool, plan, now),
-            approved_floor=approved_floor(pool, now),
-            recent_peak_rps=float(finite_recent[-30:].max()) if finite_recent.size else None,
-        )
-        decision = planner.plan(inputs, plan, state)
-        memory.state = decision.state.to_dict()
+        state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+        step = decide.decide(now.timestamp(), signals, plan, state, DatabaseHistory(pool, now),
+                             schedule_windows(pool, plan, now))
+        decision = step.decision
+        memory.state = step.state.planner.to_dict()
+        memory.seasonal_forecast = decide.seasonal_dict(step.state.seasonal)
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None
         memory.save()
+        rate = signals.request_rate_rps
         SignalSample.objects.create(
             pool=pool, at=now, request_rate_rps=rate.value if rate.is_known else None,
             queue_depth=signals.queue_depth.value if signals.queue_depth.is_known else None,
@@ -391,8 +388,8 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
             target_replicas=decision.target_replicas,
         )
     read = _signals_dict(signals)
-    evidence = _evidence(recent, lead, peak, decision.capacity_per_replica_rps, decision.ready_replicas or 0,
-                         decision.target_replicas or 0)
+    evidence = _evidence(step.recent, step.inputs.forecast_lead, step.inputs.forecast_peak,
+                         decision.capacity_per_replica_rps, decision.ready_replicas or 0, decision.target_replicas or 0)
     did = act(pool, decision, evidence, read, now)
     return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
 

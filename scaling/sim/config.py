@@ -47,6 +47,9 @@ class SimConfig:
     tick_s: float | None = None  # policy tick; None takes the policy's own default
     fluid_step_s: float = 1.0
     seed: int = 0
+    # The replay's first seconds are a warm-up: every policy sees them (as history, with the pool it
+    # asks for) and none of it is scored, so a causal policy meets the trace from a running pool.
+    warmup_s: float = 0.0
 
     @classmethod
     def for_profile(cls, profile: PoolProfile, **overrides: object) -> SimConfig:

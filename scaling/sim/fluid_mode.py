@@ -126,8 +126,12 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     run_len = 0
 
     next_control_step = 0
+    warm_steps = min(n_steps, int(math.ceil(config.warmup_s / step_s - 1e-9)))
+    at_warm_end: tuple[float, float, float] | None = None  # (timed out, rejected, retries) during the warm-up
     t = 0
     while t < horizon:
+        if at_warm_end is None and t >= warm_steps:
+            at_warm_end = (timed_out, rejected, retries)
         if t >= n_steps and backlog_s <= 1e-9 and decoding <= 1e-9 and not retry_in:
             break
         decoding -= decode_done[t]
@@ -266,10 +270,14 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         run_top = top
         t += 1
 
-    steps = _Steps(served_first_try[:t], backlog_wait[:t], load[:t], service[:t], itl_at[:t])
+    # The warm-up is seen by the policy, not scored: its steps, requests and failures are left out.
+    warm = min(warm_steps, t)
+    steps = _Steps(served_first_try[warm:t], backlog_wait[warm:t], load[warm:t], service[warm:t], itl_at[warm:t])
     end_s = max(t, n_steps) * step_s
-    return _score(policy.name, config, workload, steps, prompt_sample, output_sample, timed_out, rejected, retries,
-                  replicas, end_s, samples, started)
+    before = at_warm_end or (timed_out, rejected, retries)
+    offered = workload.expected_requests - float(np.sum(bins.requests[:warm_steps]))
+    return _score(policy.name, config, offered, steps, prompt_sample, output_sample, timed_out - before[0],
+                  rejected - before[1], retries - before[2], replicas, end_s, samples, started)
 
 
 LOAD_RESOLUTION = 1e-3  # smoothed load is rounded to this before scoring, so steady stretches merge
@@ -331,7 +339,7 @@ def _ttft_points(wait: np.ndarray, prompt_sample: np.ndarray, prefill_tokens_per
 def _score(
     policy_name: str,
     config: SimConfig,
-    workload: Workload,
+    offered: float,
     steps: _Steps,
     prompt_sample: np.ndarray,
     output_sample: np.ndarray,
@@ -344,7 +352,6 @@ def _score(
     started: float,
 ) -> SimResult:
     profile = config.profile
-    offered = workload.expected_requests
     steps_in = _merge_repeats(steps)
     first_try, backlog_wait, itl = steps_in.served_first_try, steps_in.backlog_wait_s, steps_in.itl_s
     scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)

@@ -7,6 +7,7 @@ its last request finishes.
 """
 from __future__ import annotations
 
+import bisect
 import enum
 import heapq
 import math
@@ -34,15 +35,15 @@ class Replica:
     gone_at: float | None = None
     stopped_at: float | None = None  # stopped taking requests (drain began)
 
-    def ready_s(self, until: float) -> float:
+    def ready_s(self, until: float, since: float = 0.0) -> float:
         if self.state is ReplicaState.STARTING or (self.state is ReplicaState.GONE and self.stopped_at is None):
             return 0.0  # never became ready
         end = self.stopped_at if self.stopped_at is not None else until
-        return max(0.0, min(end, until) - min(self.ready_at, until))
+        return max(0.0, min(end, until) - max(min(self.ready_at, until), since))
 
-    def billed_s(self, until: float) -> float:
+    def billed_s(self, until: float, since: float = 0.0) -> float:
         end = self.gone_at if self.gone_at is not None else until
-        return max(0.0, end - self.requested_at)
+        return max(0.0, end - max(self.requested_at, since))
 
 
 class ReplicaSet:
@@ -57,6 +58,7 @@ class ReplicaSet:
         self._ready_heap: list[tuple[float, int]] = []
         self._normals: list[float] = []  # cold-start draws, taken from the generator in blocks
         self.cold_starts = 0
+        self.cold_start_at: list[float] = []  # when each cold start was requested
 
     def start_warm(self, count: int, now: float = 0.0) -> None:
         """Replicas that were already running when the replay starts."""
@@ -109,6 +111,7 @@ class ReplicaSet:
                 self._starting[replica.replica_id] = replica
                 heapq.heappush(self._ready_heap, (replica.ready_at, replica.replica_id))
                 self.cold_starts += 1
+                self.cold_start_at.append(now)
             return []
         removed: list[int] = []
         for replica_id in list(reversed(self._starting))[: -change]:  # newest first
@@ -125,24 +128,30 @@ class ReplicaSet:
                 removed.append(replica_id)
         return removed
 
-    def ready_seconds(self, until: float) -> float:
-        return sum(r.ready_s(until) for r in self.replicas)
+    def ready_seconds(self, until: float, since: float = 0.0) -> float:
+        return sum(r.ready_s(until, since) for r in self.replicas)
 
-    def replica_seconds(self, until: float) -> float:
-        return sum(r.billed_s(until) for r in self.replicas)
+    def replica_seconds(self, until: float, since: float = 0.0) -> float:
+        return sum(r.billed_s(until, since) for r in self.replicas)
 
-    def max_alive(self) -> int:
-        """Most replicas billed at the same time."""
+    def cold_starts_since(self, since: float) -> int:
+        return self.cold_starts - bisect.bisect_left(self.cold_start_at, since)
+
+    def max_alive(self, since: float = 0.0) -> int:
+        """Most replicas billed at the same time, from `since` on."""
         events = sorted(
             [(r.requested_at, 1) for r in self.replicas]
             + [(r.gone_at, -1) for r in self.replicas if r.gone_at is not None],
             key=lambda e: (e[0], e[1]),
         )
         alive = peak = 0
-        for _, delta in events:
+        for at, delta in events:
+            if at > since:
+                peak = max(peak, alive)  # alive when `since` came
             alive += delta
-            peak = max(peak, alive)
-        return peak
+            if at >= since:
+                peak = max(peak, alive)
+        return max(peak, alive)
 
     def _new(self, requested_at: float, ready_at: float) -> Replica:
         replica = Replica(len(self.replicas), requested_at, ready_at)

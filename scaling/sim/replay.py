@@ -15,13 +15,14 @@ from typing import Sequence
 
 from scaling.sim.config import ClientConfig, ColdStart, SimConfig
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace
-from scaling.sim.policies import POLICIES
+from scaling.sim.policies import ALIASES, POLICIES
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from scaling.sim.runner import MODES, simulate
 from scaling.sim.transforms import rate_scale, surge, time_scale, time_shift
 from scaling.sim.workload import Workload
 
 LARGE_WORKLOAD_REQUESTS = 500_000
+DEFAULT_WARMUP_S = 600.0  # a running pool's last 10 minutes: causal policies start warm
 
 
 class UsageError(Exception):
@@ -41,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=float, default=1.0, metavar="K", help="stretch time by K (K=2: half the rate)")
     parser.add_argument("--time-shift-s", type=float, default=0.0, metavar="S", help="start the trace S seconds later")
     parser.add_argument("--surge", metavar="K:MINUTES", help="ramp to K x the trace over MINUTES, hold, decay")
-    parser.add_argument("--policy", required=True, choices=sorted(POLICIES))
+    parser.add_argument("--policy", required=True, choices=sorted(POLICIES) + sorted(ALIASES),
+                        help="oracle is the earlier name of clairvoyant")
     parser.add_argument("--replicas", type=int, help="static pool size (default: the smallest that meets the SLO)")
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
     parser.add_argument("--cold-start-s", type=float, metavar="S", help="cold-start p50; p95 keeps the profile's ratio")
@@ -55,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", default="request", choices=sorted(MODES))
     parser.add_argument("--fluid-step-s", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup-s", type=float, default=DEFAULT_WARMUP_S, metavar="S",
+                        help="the first S seconds are seen by every policy and not scored (default 600)")
     parser.add_argument("--misses-by-minute", action="store_true",
                         help="add slo_misses_by_minute: requests that missed the TTFT SLO by minute of arrival (request mode)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -82,6 +86,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         client=ClientConfig(timeout_s=args.timeout_s, max_retries=args.retries),
         fluid_step_s=args.fluid_step_s,
         seed=args.seed,
+        warmup_s=args.warmup_s,
     )
 
 
@@ -121,7 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.misses_by_minute and args.mode != "request":
             raise UsageError("--misses-by-minute needs --mode request (fluid mode scores aggregates, not requests)")
         workload = workload_from(args)
-        if args.policy in ("oracle", "static") and workload.expected_requests > LARGE_WORKLOAD_REQUESTS:
+        if not 0 <= args.warmup_s < workload.span_s:
+            raise UsageError(f"--warmup-s must be at least 0 and shorter than the trace ({workload.span_s:.0f} s)")
+        if args.policy in ("clairvoyant", "oracle", "static") and workload.expected_requests > LARGE_WORKLOAD_REQUESTS:
             print(f"replay: sizing {args.policy} by searching with replays first", file=sys.stderr, flush=True)
         result = simulate(workload, config, args.policy, args.mode, args.replicas, progress=_progress)
     except (UsageError, TraceFormatError, ValueError, KeyError) as exc:

@@ -291,6 +291,9 @@ def _result(
     started: float,
     arrival_s: np.ndarray,
 ) -> SimResult:
+    scored = arrival_s >= config.warmup_s  # the warm-up is seen by the policy, not scored
+    outcome, ttft, e2e, arrival_s = outcome[scored], ttft[scored], e2e[scored], arrival_s[scored]
+    total = len(outcome)
     served = outcome == SERVED
     met = served & (np.nan_to_num(ttft, nan=np.inf) <= config.slo_ttft_s)
     within_slo = int(np.count_nonzero(met))

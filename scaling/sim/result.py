@@ -76,11 +76,13 @@ class SimResult:
 
 
 def pool_costs(replicas: ReplicaSet, config: SimConfig, end_s: float) -> dict[str, float | int]:
-    gpu_hours = replicas.replica_seconds(end_s) / 3600 * config.profile.gpus_per_replica
+    """What the pool cost after the warm-up (`config.warmup_s`, not scored)."""
+    since = min(config.warmup_s, end_s)
+    gpu_hours = replicas.replica_seconds(end_s, since) / 3600 * config.profile.gpus_per_replica
     return {
         "gpu_hours": round(gpu_hours, 4),
         "cost_usd": round(gpu_hours * config.profile.gpu_hour_usd, 2),
-        "max_replicas": replicas.max_alive(),
-        "mean_ready_replicas": round(replicas.ready_seconds(end_s) / end_s, 3) if end_s > 0 else 0.0,
-        "cold_starts": replicas.cold_starts,
+        "max_replicas": replicas.max_alive(since),
+        "mean_ready_replicas": round(replicas.ready_seconds(end_s, since) / (end_s - since), 3) if end_s > since else 0.0,
+        "cold_starts": replicas.cold_starts_since(since),
     }

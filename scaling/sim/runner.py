@@ -12,7 +12,7 @@ from scaling.sim.result import SimResult
 from scaling.sim.workload import Workload
 
 MODES: dict[str, Callable[..., SimResult]] = {"request": run_request_mode, "fluid": run_fluid_mode}
-# Policies sized by search (`static` at peak, `oracle`) replay many times; past these sizes the
+# Policies sized by search (`static` at peak, `clairvoyant`) replay many times; past these sizes the
 # search replays in fluid mode with coarser steps so that a two-week trace stays interactive.
 SEARCH_MAX_REQUESTS = 2_000_000
 SEARCH_MAX_STEPS = 200_000

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from scaling.engine import planner
+from scaling.engine import decide, planner
 from scaling.sim.config import SimConfig
 from scaling.sim.fluid_mode import run_fluid_mode
 from scaling.sim.policies import POLICIES, PolicyContext, build_policy
-from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
+from scaling.sim.policies.headroom import HeadroomPolicy, MemoryHistory, pool_plan_for
 from scaling.sim.policies.keda_queue import KedaQueuePolicy
 from scaling.sim.workload import RateTrace
 
@@ -19,7 +19,7 @@ WINDOW_S = 600.0
 START = 63  # the replay starts at 10:30 on day one
 SURGE = range(72, 78)  # 12:00-13:00 every day, a 10x surge
 SECOND_SURGE_AT_S = (144 + SURGE.start - START) * WINDOW_S
-FAST = dict(tick_s=60.0, forecast_every_s=300.0)  # a coarser tick keeps a 26-hour replay short
+FAST = dict(tick_s=60.0)  # a coarser tick keeps a 26-hour replay short
 
 
 def daily_surge(until_s: float | None = None) -> RateTrace:
@@ -110,11 +110,13 @@ def test_it_beats_the_reactive_baseline_on_the_same_surge(replays):
     ],
 )
 def test_its_lead_forecast_follows_the_trend_of_the_observed_rates(case, per_minute, direction):
-    policy = HeadroomPolicy(planner.PoolPlan(capacity_rps_per_replica=5.0))
-    assert (policy.lead_method, policy.forecast_every_s) == ("trend", policy.tick_s), "a trend, remade every tick"
-    state = policy.new_state()
-    state.rates = [rate for rate in per_minute for _ in range(4)]  # 15-s ticks
-    lead, _ = policy._forecasts(len(state.rates) * policy.tick_s, state)
+    assert decide.LEAD_METHOD == "trend", "a trend, remade every tick"
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0)
+    history = MemoryHistory()
+    rates = [rate for rate in per_minute for _ in range(4)]  # 15-s ticks
+    for tick, rate in enumerate(rates[:-1]):
+        history.record((tick + 1) * 15.0, rate, 0)
+    lead, _, _, _ = decide.forecasts(history, pool, len(rates) * 15.0, rates[-1], decide.SeasonalCache())
     change = lead.expected_rps - per_minute[-1]
     assert (change > 1e-6) - (change < -1e-6) == direction, case
     assert lead.p90_rps >= lead.expected_rps

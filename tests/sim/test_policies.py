@@ -67,7 +67,7 @@ def test_it_polls_the_queue_every_30_s():
 def test_it_names_known_policies_when_one_is_unknown():
     with pytest.raises(KeyError, match="keda-queue"):
         build_policy("no-such-policy", PolicyContext(None, SimConfig(), lambda policy: None))  # type: ignore[arg-type]
-    assert {"static", "hpa-util", "keda-queue", "oracle"} <= set(POLICIES)
+    assert {"static", "hpa-util", "keda-queue", "clairvoyant"} <= set(POLICIES)
 
 
 def test_it_registers_new_policies_through_the_same_interface(monkeypatch):

@@ -13,7 +13,8 @@ JSON_KEYS = {
 
 
 def test_it_prints_one_json_object(traces_dir, capsys):
-    code = main(["--trace", str(traces_dir / "AzureLLMInferenceTrace_code.csv"), "--policy", "keda-queue", "--json"])
+    code = main(["--trace", str(traces_dir / "AzureLLMInferenceTrace_code.csv"), "--policy", "keda-queue", "--json",
+                 "--warmup-s", "0"])
     result = json.loads(capsys.readouterr().out)
     assert code == 0
     assert set(result) == JSON_KEYS

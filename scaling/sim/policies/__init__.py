@@ -16,7 +16,7 @@ from scaling.sim.policies.oracle import OracleDemand, OraclePolicy
 from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.workload import Workload
 
-__all__ = ["Observation", "Policy", "PolicyContext", "POLICIES", "build_policy", "register_policy"]
+__all__ = ["ALIASES", "Observation", "Policy", "PolicyContext", "POLICIES", "build_policy", "register_policy"]
 
 ORACLE_BISECTION_STEPS = 8
 
@@ -66,7 +66,7 @@ def _keda_queue(context: PolicyContext) -> Policy:
     return KedaQueuePolicy(context.config.min_replicas, context.config.max_replicas)
 
 
-def _oracle(context: PolicyContext) -> Policy:
+def _clairvoyant(context: PolicyContext) -> Policy:
     config = context.config
     tick_s = config.tick_s or 15.0
     demand = OracleDemand.of(context.workload, config, bin_s=max(config.slo_ttft_s, config.fluid_step_s))
@@ -91,9 +91,11 @@ POLICIES: dict[str, Callable[[PolicyContext], Policy]] = {
     "static": _static,
     "hpa-util": _hpa_util,
     "keda-queue": _keda_queue,
-    "oracle": _oracle,
+    "clairvoyant": _clairvoyant,
     "headroom": build_headroom,
 }
+# Earlier names still accepted: the clairvoyant schedule was called the oracle.
+ALIASES: dict[str, str] = {"oracle": "clairvoyant"}
 
 
 def register_policy(name: str, factory: Callable[[PolicyContext], Policy]) -> None:
@@ -102,7 +104,7 @@ def register_policy(name: str, factory: Callable[[PolicyContext], Policy]) -> No
 
 def build_policy(name: str, context: PolicyContext) -> Policy:
     try:
-        factory = POLICIES[name]
+        factory = POLICIES[ALIASES.get(name, name)]
     except KeyError:
         raise KeyError(f"unknown policy {name!r}; known policies: {', '.join(sorted(POLICIES))}") from None
     return factory(context)

@@ -1,34 +1,34 @@
-"""`headroom`: the Headroom planner (`scaling/engine/planner.py`) driving the simulated pool.
+"""`headroom`: the live loop's decide step (`scaling/engine/decide.py`) driving the simulated pool.
 
-Each tick the policy turns the observation into `PoolSignals` (all fresh: the simulator's metrics
-never go missing), forecasts the request rate from the rates it has observed so far (causal: it
-never looks at the workload ahead; `scaling.engine.forecast`: the lead-time forecast is the
-self-tuned damped trend on 60-s bins, remade every tick; the 30-minute one the adaptive blend on
-10-minute bins) and runs the planner. A pre-scale proposal is approved automatically
-`approval_delay_s` after it is made (default 60 s: a human clicking in Slack) and then held as a
-floor until the 30-minute horizon it was made for has passed.
+A thin adapter: each tick the observation becomes fresh `PoolSignals` (the simulator's metrics
+never go missing) and the policy calls `decide()`, the same function the live loop calls, with a
+`PoolHistory` kept in memory (the observed arrival rates, the replicas it asked for, the approved
+pre-scale) instead of the database. What the decision asks for is approved as production approves
+it (`ApprovalModel`): reactive scale-ups within the guardrail at once, everything else
+`approval_delay_s` later (default 60 s: a person clicking in Slack); an approved pre-scale is held
+as a floor until the 30-minute horizon it was made for has passed.
 
 The pool profile: per-replica capacity at the SLO is *measured* like a load test before the pool
 takes traffic: Poisson arrivals with the workload's token-length mix (never its timing) on a few
 simulated replicas, bisecting on the rate that still meets the TTFT objective. Real traffic is
 burstier than Poisson; the planner learns that online: request mode reports the TTFT percentiles
 of the last minute, as Prometheus reads them from vLLM's histogram, and the planner corrects the
-capacity by the percentile that matches the objective (`slo_signal_for`); fluid mode reports the
-same percentiles from its last minute of steps.
+capacity by the percentile that matches the objective (`latency_signal_for`); fluid mode reports
+the same percentiles from its last minute of steps.
 """
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scaling.engine.forecast import forecast
-from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, plan, record_scale_event
-from scaling.engine.queue_depth import QueueDepthPolicy
-from scaling.engine.rate_series import from_values
+from scaling.engine import decide
+from scaling.engine.decide import ApprovalModel, DecideState
+from scaling.engine.planner import Decision, PlannerState, PoolPlan, record_scale_event
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.sim.config import ClientConfig, SimConfig
 from scaling.sim.policies.base import Observation
@@ -40,134 +40,99 @@ if TYPE_CHECKING:
 
 CAPACITY_BISECTION_STEPS = 7
 LATENCY_CURVE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of the load-tested capacity: where the curve is measured
-HISTORY_S = 8 * 86_400.0  # observed rates kept: a week and a day, for daily and weekly seasons
-RECENT_HISTORY_S = 3600.0  # the lead-time forecast looks at the last hour in fine bins
-SEASONAL_BIN_S = 600.0  # the 30-minute forecast uses 10-minute bins over all the history
+REQUESTS_KEPT_S = 3600.0  # replicas asked for longer ago than this are no longer arriving (as the loop's)
 
 
 def fresh(value: float) -> Reading:
     return Reading(float(value), 0.0)
 
 
+def signals_of(observation: Observation) -> PoolSignals:
+    """What a pool exports at a tick, as the live loop reads it (all fresh in the simulator)."""
+    return PoolSignals(
+        pool="sim",
+        queue_depth=fresh(observation.queue_depth),
+        running_requests=fresh(observation.running),
+        gpu_utilization=fresh(observation.utilisation),
+        request_rate_rps=fresh(observation.arrival_rate_rps),
+        ready_replicas=fresh(observation.ready_replicas),
+        arriving_replicas=fresh(observation.starting_replicas),
+        desired_replicas=fresh(observation.desired_replicas),
+        ttft_p95_s=fresh(observation.ttft_p95_s),
+        ttft_p99_s=fresh(observation.ttft_p99_s),
+    )
+
+
+@dataclass
+class MemoryHistory:
+    """The replay's `PoolHistory`: what the loop reads from the database, kept in memory."""
+
+    approvals: ApprovalModel = field(default_factory=ApprovalModel)
+    times: list[float] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    requested: list[float] = field(default_factory=list)
+
+    def rates_since(self, since_s: float) -> tuple[np.ndarray, np.ndarray]:
+        start = bisect_right(self.times, since_s)
+        return np.asarray(self.times[start:], dtype=float), np.asarray(self.rates[start:], dtype=float)
+
+    def requested_at(self) -> list[float]:
+        return self.requested
+
+    def approved_floor(self, now_s: float) -> int:
+        return self.approvals.approved_floor(now_s)
+
+    def record(self, now_s: float, rate_rps: float, added_replicas: int) -> None:
+        """This tick's sample and the replicas the cluster accepted (the loop's persist step)."""
+        self.times.append(now_s)
+        self.rates.append(rate_rps)
+        if len(self.times) > 2 * decide.SEASONAL_HISTORY_S / 15.0:  # trim now and then, not every tick
+            start = bisect_right(self.times, now_s - decide.SEASONAL_HISTORY_S)
+            del self.times[:start], self.rates[:start]
+        self.requested += [now_s] * max(0, added_replicas)
+        if len(self.requested) > 1000:
+            self.requested = [at for at in self.requested if at > now_s - REQUESTS_KEPT_S]
+
+
 @dataclass
 class HeadroomState:
-    planner: PlannerState = field(default_factory=PlannerState)
-    rates: list[float] = field(default_factory=list)  # observed arrival rate per tick
-    requested_at: list[float] = field(default_factory=list)  # starting replicas, oldest first
-    forecast_at_s: float = -math.inf
-    seasonal_at_s: float = -math.inf
-    seasonal: ForecastPoint | None = None
-    forecast_lead: ForecastPoint | None = None
-    forecast_peak: ForecastPoint | None = None
-    pending: tuple[float, int, float] | None = None  # (approve at, replicas, expires at)
-    approved: tuple[int, float] | None = None  # (replicas, until)
+    decide: DecideState = field(default_factory=DecideState)
+    history: MemoryHistory = field(default_factory=MemoryHistory)
     decisions: list[Decision] = field(default_factory=list)
     keep_decisions: bool = False
+
+    @property
+    def planner(self) -> PlannerState:
+        """The planner's part of the state."""
+        return self.decide.planner
 
 
 @dataclass(frozen=True)
 class HeadroomPolicy:
     pool: PoolPlan
-    approval_delay_s: float = 60.0
-    forecast_every_s: float = 15.0  # the lead-time forecast is remade every (15-s) tick: its 60-s bins slide
-    forecast_bin_s: float = 60.0  # observed rates are averaged into bins this wide before forecasting
-    seasonal_every_s: float = 300.0  # the 30-minute forecast is refreshed every 5 minutes (design.md §6)
-    peak_window_s: float = 1800.0  # the recent peak that bounds the forecast's upper band
-    # The lead-time forecast: the damped Holt trend whose constants are chosen by its own scored
-    # errors (the adaptive blend has no trend term); its p90 is calibrated from its own errors.
-    lead_method: str = "trend"
+    approval_delay_s: float = 60.0  # a person's answer to a proposal policy does not approve
+    reactive_max_step: int = 4  # `ApprovalPolicy.reactive_max_step`: reactive scale-ups approved by policy
     name: str = "headroom"
     tick_s: float = 15.0
     observes_latency: bool = True  # request mode reports TTFT percentiles to it
 
     def new_state(self) -> HeadroomState:
-        return HeadroomState()
+        return HeadroomState(history=MemoryHistory(ApprovalModel(self.approval_delay_s, self.reactive_max_step)))
 
     def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
-        state.rates.append(observation.arrival_rate_rps)
-        del state.rates[: max(0, len(state.rates) - int(HISTORY_S / self.tick_s))]
-        self._track_arriving(now, observation, state)
-        if now - state.forecast_at_s >= self.forecast_every_s - 1e-9:
-            state.forecast_lead, state.forecast_peak = self._forecasts(now, state)
-            state.forecast_at_s = now
-        decision = plan(self._inputs(now, observation, state), self.pool, state.planner)
-        state.planner = decision.state
-        self._approve(now, decision, state)
+        signals = signals_of(observation)
+        step = decide.decide(now, signals, self.pool, state.decide, state.history)
+        decision = step.decision
         if state.keep_decisions:
             state.decisions.append(decision)
-        target = decision.target_replicas if decision.target_replicas is not None else observation.desired_replicas
-        # The simulated cluster accepts the target at once: that is when the rate limits count it.
-        state.planner = record_scale_event(state.planner, now, target - observation.desired_replicas)
-        if target > observation.desired_replicas:
-            state.requested_at += [now] * (target - observation.desired_replicas)
+        current = observation.desired_replicas
+        target = state.history.approvals.apply(now, decision, current, self.pool.prescale_horizon_s,
+                                               self.pool.min_replicas, self.pool.max_replicas)
+        # The simulated cluster accepts an approved change at once: that is when the rate limits count it.
+        planner_state = record_scale_event(step.state.planner, now, target - current)
+        state.decide = replace(step.state, planner=planner_state)
+        state.history.record(now, observation.arrival_rate_rps, target - current)
         return target
-
-    # -------------------------------------------------------------------------------------
-    def _inputs(self, now: float, observation: Observation, state: HeadroomState) -> PlanInput:
-        signals = PoolSignals(
-            pool="sim",
-            queue_depth=fresh(observation.queue_depth),
-            running_requests=fresh(observation.running),
-            gpu_utilization=fresh(observation.utilisation),
-            request_rate_rps=fresh(observation.arrival_rate_rps),
-            ready_replicas=fresh(observation.ready_replicas),
-            arriving_replicas=fresh(observation.starting_replicas),
-            desired_replicas=fresh(observation.desired_replicas),
-            ttft_p95_s=fresh(observation.ttft_p95_s),
-            ttft_p99_s=fresh(observation.ttft_p99_s),
-        )
-        cold_start = self.pool.cold_start_p95_s
-        ready_in = tuple(max(0.0, at + cold_start - now) for at in state.requested_at)
-        approved = state.approved[0] if state.approved is not None and now < state.approved[1] else 0
-        return PlanInput(now, signals, ready_in, state.forecast_lead, state.forecast_peak, (), approved,
-                         self._recent_peak_rps(state.rates))
-
-    def _recent_peak_rps(self, rates: list[float]) -> float:
-        """The highest forecast-bin mean rate over the peak window (same smoothing as the forecast)."""
-        recent = np.asarray(rates[-max(1, int(self.peak_window_s / self.tick_s)):])
-        per_bin = max(1, int(round(self.forecast_bin_s / self.tick_s)))
-        if len(recent) < per_bin:
-            return float(recent.max())
-        return float(np.convolve(recent, np.ones(per_bin) / per_bin, mode="valid").max())
-
-    def _track_arriving(self, now: float, observation: Observation, state: HeadroomState) -> None:
-        # Oldest requests become ready first; a scale-down cancels the newest: keep the newest N.
-        starting = observation.starting_replicas
-        state.requested_at = state.requested_at[len(state.requested_at) - starting:] if starting else []
-        if len(state.requested_at) < starting:
-            state.requested_at = [now] * (starting - len(state.requested_at)) + state.requested_at
-
-    def _forecasts(self, now: float, state: HeadroomState) -> tuple[ForecastPoint | None, ForecastPoint | None]:
-        """Lead-time forecast from fine recent bins; the 30-minute one from 10-minute bins of days."""
-        rates = state.rates
-        recent = _binned(rates[-int(RECENT_HISTORY_S / self.tick_s):], self.forecast_bin_s, self.tick_s)
-        if len(recent) < 2:
-            return None, None
-        made = forecast(from_values(recent, self.forecast_bin_s), self.pool.lead_s, self.lead_method)
-        lead = ForecastPoint(self.pool.lead_s, made.expected_rps, made.p90_rps)
-        if now - state.seasonal_at_s >= self.seasonal_every_s - 1e-9 or state.seasonal is None:
-            daily = _binned(rates, SEASONAL_BIN_S, self.tick_s)
-            source = from_values(daily, SEASONAL_BIN_S) if len(daily) >= 2 else from_values(recent, self.forecast_bin_s)
-            made = forecast(source, self.pool.prescale_horizon_s)
-            state.seasonal = ForecastPoint(self.pool.prescale_horizon_s, made.expected_rps, made.p90_rps)
-            state.seasonal_at_s = now
-        far = state.seasonal
-        # The larger of two points, as the live loop does (scaling/loop.py `forecasts`); the engine's
-        # `forecast_peak` (the peak within the window) waits for the one decide step both will call.
-        peak = far if far.usable and far.expected_rps >= lead.expected_rps else lead
-        return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps))
-
-    def _approve(self, now: float, decision: Decision, state: HeadroomState) -> None:
-        if state.pending is not None and now >= state.pending[0]:
-            _, replicas, until = state.pending
-            state.approved, state.pending = (replicas, until), None
-        if state.approved is not None and now >= state.approved[1]:
-            state.approved = None
-        proposal = decision.prescale
-        if proposal is not None and state.pending is None and (state.approved is None or state.approved[0] < proposal.target_replicas):
-            # Held until the pre-scale horizon it was made for has passed (the forecast's peak may
-            # come sooner within it, and lasts).
-            state.pending = (now + self.approval_delay_s, proposal.target_replicas, now + self.pool.prescale_horizon_s)
 
 
 def _load_test(config: SimConfig, workload: Workload, replicas: int, duration_s: float) -> Callable[[float], SimResult]:
@@ -235,16 +200,9 @@ def measured_latency_curve(config: SimConfig, workload: Workload, capacity_rps: 
     return tuple(points)
 
 
-def _binned(rates: list[float], bin_s: float, tick_s: float) -> np.ndarray:
-    """Mean rate per bin of `bin_s`, bins aligned to end at the latest tick."""
-    per_bin = max(1, int(round(bin_s / tick_s)))
-    bins = len(rates) // per_bin
-    return np.asarray(rates[len(rates) - bins * per_bin:], dtype=float).reshape(bins, per_bin).mean(axis=1)
-
-
 def slo_signal_for(objective: float) -> str:
-    """The TTFT percentile an objective is judged by: p99 for 99 % and stricter, else p95."""
-    return "ttft_p99_s" if objective >= 0.99 else "ttft_p95_s"
+    """The TTFT percentile an objective is judged by (`decide.latency_signal_for`)."""
+    return decide.latency_signal_for(objective)
 
 
 def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | None = None) -> PoolPlan:
@@ -260,17 +218,15 @@ def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | N
     if capacity_rps is None:
         capacity_rps = measured_capacity_rps(config, workload)
         curve = measured_latency_curve(config, workload, capacity_rps)
-    return PoolPlan(
+    return decide.pool_plan(
         capacity_rps_per_replica=capacity_rps,
         min_replicas=config.min_replicas,
         max_replicas=config.max_replicas,
         slo_latency_s=config.slo_ttft_s,
-        slo_signal=slo_signal_for(config.slo_objective),
-        latency_curve=curve,
-        unloaded_latency_s=min(unloaded, config.slo_ttft_s),
+        slo_percentile=config.slo_objective,
+        unloaded_latency_s=unloaded,
         cold_start_p95_s=config.cold_start.p95_s,
-        decision_delay_s=config.tick_s or 15.0,
-        queue=QueueDepthPolicy(min_replicas=config.min_replicas, max_replicas=config.max_replicas),
+        latency_curve=curve,
     )
 
 

@@ -1,4 +1,4 @@
-"""`oracle`: knows the whole workload in advance and provisions the least replica-time that meets the SLO.
+"""`clairvoyant` (earlier `oracle`): knows the whole workload in advance and provisions the least replica-time that meets the SLO.
 
 How the plan is computed (docs/simulator.md, "The oracle", says the same):
 1. Cut the workload into bins one TTFT-SLO long (1 s by default). For bin k, the prefill work is
@@ -29,7 +29,7 @@ from scaling.sim.workload import Workload
 class OraclePolicy:
     target_by_bin: np.ndarray  # replicas to hold from the start of each bin
     bin_s: float
-    name: str = "oracle"
+    name: str = "clairvoyant"
     tick_s: float = 15.0
 
     def new_state(self) -> None:

@@ -1,0 +1,132 @@
+"""The one decide step's pieces: history bins, arriving credit, persisted state, approvals in replay."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scaling.engine import decide, planner
+from scaling.engine.decide import ApprovalModel, SeasonalCache
+from scaling.engine.signals import PoolSignals, Reading
+
+
+@pytest.mark.parametrize(
+    ("times", "rates", "expected"),
+    [
+        ([15, 30, 45, 60, 75, 90, 105, 120], [1, 1, 1, 1, 2, 2, 2, 2], [1.0, 2.0]),  # bins end now: (0, 60], (60, 120]
+        ([30, 90, 120], [4, math.nan, 6], [4.0, 6.0]),  # an unknown rate is no sample
+        ([110, 120], [3, 5], [math.nan, 4.0]),  # a bin with no sample is a gap, not zero
+        ([0, 60], [9, 7], [7.0, math.nan]),  # the sample at `since` is outside
+    ],
+)
+def test_it_bins_rates_by_time_ending_now(times, rates, expected):
+    binned = decide.binned_rates(np.array(times, float), np.array(rates, float), 0.0, 120.0, 60.0)
+    np.testing.assert_array_equal(binned, np.array(expected))
+
+
+@pytest.mark.parametrize(
+    ("requested", "arriving", "expected"),
+    [
+        ([], 0, ()),
+        ([100.0, 150.0], 2, (40.0, 90.0)),  # each at its own request + cold-start p95 (90 s), now 150
+        ([0.0, 100.0, 150.0], 2, (40.0, 90.0)),  # the newest are the ones still starting
+        ([100.0], 3, (40.0, 90.0, 90.0)),  # unknown ones as just asked for
+        ([0.0], 1, (0.0,)),  # overdue: expected now
+    ],
+)
+def test_it_credits_each_arriving_replica_at_its_request(requested, arriving, expected):
+    assert decide.arriving_ready_in(requested, arriving, 150.0, 90.0) == expected
+
+
+def test_old_planner_memory_still_loads():
+    """A state saved before the decide step (no pre-scale target, ISO cache time) loads as it was."""
+    old_state = {"hpa": {"recommendations": [[1.0, 3]]}, "last_known_at_s": 10.0, "last_good_target": 3,
+                 "recommendations": [[1.0, 3]], "scale_events": [], "capacity_correction": 0.8,
+                 "last_prescale_at_s": None}
+    cache = {"made_at": "2026-11-30T12:00:00+00:00", "expected": 4.0, "p90": 6.0}
+    state = decide.decide_state_from(old_state, cache)
+    assert state.planner.capacity_correction == 0.8 and state.planner.last_good_target == 3
+    assert state.seasonal == SeasonalCache(1_796_040_000.0, 4.0, 6.0)
+    assert decide.seasonal_dict(state.seasonal) == cache
+    assert decide.decide_state_from({}, {}) == decide.DecideState()
+
+
+def test_the_live_and_the_replayed_pool_plan_differ_only_by_their_inputs():
+    common = dict(capacity_rps_per_replica=5.0, min_replicas=1, max_replicas=10, slo_latency_s=1.0,
+                  unloaded_latency_s=0.2, cold_start_p95_s=None)
+    live = decide.pool_plan(slo_percentile=0.95, **common)
+    replayed = decide.pool_plan(slo_percentile=0.99, latency_curve=((0.5, 0.4),), **common)
+    assert (live.correction_max, replayed.correction_max) == (1.0, 1.5)  # a curve may raise the capacity
+    assert (live.slo_signal, replayed.slo_signal) == ("ttft_p95_s", "ttft_p99_s")
+    assert live.decision_delay_s == replayed.decision_delay_s == 30.0 and live.cold_start_p95_s == 90.0
+
+
+class _History:
+    def __init__(self, floor: int = 0) -> None:
+        self.floor = floor
+
+    def rates_since(self, since_s: float) -> tuple[np.ndarray, np.ndarray]:
+        times = np.arange(0.0, 1800.0, 15.0)
+        return times[times > since_s], np.full((times > since_s).sum(), 10.0)
+
+    def requested_at(self) -> list[float]:
+        return []
+
+    def approved_floor(self, now_s: float) -> int:
+        return self.floor
+
+
+def _signals(rate: float, replicas: int) -> PoolSignals:
+    fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731
+    return PoolSignals(pool="p", queue_depth=fresh(0), request_rate_rps=fresh(rate), ready_replicas=fresh(replicas),
+                       desired_replicas=fresh(replicas), arriving_replicas=fresh(0))
+
+
+def test_a_step_forecasts_from_the_history_and_caches_the_30_minute_forecast():
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=20)
+    step = decide.decide(1800.0, _signals(10.0, 2), pool, decide.DecideState(), _History(floor=7))
+    assert step.inputs.forecast_lead is not None and abs(step.inputs.forecast_lead.expected_rps - 10.0) < 0.5
+    assert step.inputs.recent_peak_rps == 10.0 and step.inputs.approved_floor == 7
+    assert step.state.seasonal.made_at_s == 1800.0 and step.decision.target_replicas == 7
+    # Within 5 minutes the cached 30-minute forecast is reused.
+    again = decide.decide(1815.0, _signals(10.0, 7), pool, step.state, _History())
+    assert again.state.seasonal == step.state.seasonal
+
+
+def _decision(target: int, current: int, binding: str = planner.REACTIVE) -> planner.Decision:
+    return planner.Decision(target, current, current, 0, (), binding, (binding,), False, 0.0, False, 5.0, None,
+                            planner.PlannerState())
+
+
+@pytest.mark.parametrize(
+    ("binding", "current", "target", "at_once"),
+    [
+        (planner.REACTIVE, 3, 7, True),  # reactive, +4: within the guardrail
+        (planner.REACTIVE, 3, 8, False),  # +5: a person
+        (planner.PREDICTIVE, 3, 4, False),  # a forecast's target is a pre-scale: a person
+        (planner.REACTIVE, 5, 4, False),  # scale-downs: a person
+    ],
+)
+def test_replayed_approvals_follow_the_live_policy(binding, current, target, at_once):
+    approvals = ApprovalModel(approval_delay_s=60.0)
+    applied = approvals.apply(0.0, _decision(target, current, binding), current, 1800.0, 1, 20)
+    assert applied == (target if at_once else current)
+    if not at_once:
+        assert approvals.apply(30.0, _decision(target, current, binding), current, 1800.0, 1, 20) == current
+        assert approvals.apply(60.0, _decision(target, current, binding), current, 1800.0, 1, 20) == target
+
+
+def test_a_person_answers_the_newest_proposal_at_the_first_ones_time_and_only_if_it_still_holds():
+    approvals = ApprovalModel(approval_delay_s=60.0)
+    approvals.apply(0.0, _decision(10, 3), 3, 1800.0, 1, 20)
+    approvals.apply(30.0, _decision(12, 3), 3, 1800.0, 1, 20)  # replaces it
+    assert approvals.apply(60.0, _decision(12, 3), 3, 1800.0, 1, 20) == 12
+    approvals.apply(70.0, _decision(8, 12), 12, 1800.0, 1, 20)  # a scale-down waits...
+    assert approvals.apply(130.0, _decision(6, 6), 6, 1800.0, 1, 20) == 6  # ...and 8 is no longer down from 6
+
+
+def test_default_replay_guardrail_is_the_live_default():
+    from controlplane.config import ApprovalPolicy
+
+    assert ApprovalModel().reactive_max_step == ApprovalPolicy().reactive_max_step
