@@ -49,7 +49,6 @@ RECENT_HISTORY = timedelta(seconds=decide.RECENT_HISTORY_S)
 SEASONAL_BIN_S = decide.SEASONAL_BIN_S
 SEASONAL_HISTORY = timedelta(seconds=decide.SEASONAL_HISTORY_S)
 SAMPLE_RETENTION = timedelta(days=9)
-HISTORY_MAX_AGE = timedelta(seconds=decide.HISTORY_MAX_AGE_S)
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
 
@@ -225,53 +224,6 @@ def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner
             windows.append(planner.ScheduleWindow(start.timestamp() - extra_lead_s, end.timestamp(),
                                                   window.prescale_factor - 1.0))
     return tuple(windows)
-
-
-def approved_floor(self, now_s: float) -> int:
-        return approved_floor(self.pool, datetime.fromtimestamp(now_s, self.now.tzinfo))
-
-
-def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime
-              ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
-    """The decide step's forecasts from the stored history (refreshing the cached 30-minute one)."""
-    state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
-    lead, peak, recent, seasonal = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan,
-                                                    state.seasonal)
-    memory.seasonal_forecast = decide.seasonal_dict(seasonal)
-    return lead, peak, recent
-
-
-def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner.ScheduleWindow, ...]:
-    """Occurrences of the pool's weekly windows from yesterday to tomorrow, in epoch seconds.
-
-    The planner pre-scales one lead time (cold start + decision delay) before a window starts; a
-    window's own `lead_minutes` asks for more, so its start is moved earlier by the difference.
-    """
-    windows = []
-    for window in pool.schedules.all():
-        zone = ZoneInfo(window.time_zone)
-        local_today = now.astimezone(zone).date()
-        for offset in (-1, 0, 1):
-            day = local_today + timedelta(days=offset)
-            if day.weekday() != window.weekday:
-                continue
-            start = datetime.combine(day, window.start, zone)
-            end = datetime.combine(day + timedelta(days=1) if window.end <= window.start else day, window.end, zone)
-            extra_lead_s = max(0.0, window.lead_minutes * 60 - plan.lead_s)
-            windows.append(planner.ScheduleWindow(start.timestamp() - extra_lead_s, end.timestamp(),
-                                                  window.prescale_factor - 1.0))
-    return tuple(windows)
-
-
-def arriving_ready_in(pool: Pool, signals: PoolSignals, plan: PoolPlan, now: datetime) -> tuple[float, ...]:
-    """Seconds until each starting replica is expected Ready, from the last applied change."""
-    arriving = int(signals.arriving_replicas.value or 0) if signals.arriving_replicas.is_known else 0
-    if arriving <= 0:
-        return ()
-    last = Proposal.objects.filter(pool=pool, applied_at__isnull=False).order_by("-applied_at").first()
-    started = last.applied_at if last else now
-    remaining = max(0.0, plan.cold_start_p95_s - (now - started).total_seconds())
-    return (remaining,) * arriving
 
 
 def approved_floor(pool: Pool, now: datetime) -> int:
