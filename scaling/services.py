@@ -317,9 +317,7 @@ def _enqueue_execution(proposal_id: int) -> None:
 
 def _note(proposal: Proposal, comment: str, **data: Any) -> None:
     """An event that changes no state: an attempt, a retry, a write confirmed."""
-    auto = core.Actor(None, Channel.AUTO)
-    ProposalEvent.objects.create(proposal=proposal, from_state=proposal.state, to_state=proposal.state,
-                                 actor_name=auto.name, channel=auto.channel, comment=comment, data=data)
+    _event(proposal, proposal.state, core.Actor(None, Channel.AUTO), comment, **data)
 
 
 def claim_execution(proposal_id: int, now: datetime | None = None) -> Proposal | None:
