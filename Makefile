@@ -48,7 +48,7 @@ demo: install migrate
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/parsers tests/sandbox_realvllm)
 DB_TESTS := $(wildcard tests/core tests/scaling tests/incidents)
-SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/browser)
+SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/chaos tests/browser)
 # The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.
 REAL_VLLM_TESTS := $(wildcard tests/realvllm)
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider

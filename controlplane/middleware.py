@@ -1,12 +1,17 @@
-"""Request ids (a trusted proxy's X-Request-ID when well-formed, otherwise made here) and the CSP header."""
+"""Request ids (a trusted proxy's X-Request-ID when well-formed, otherwise made here), the CSP header, and a
+clean 503 when the database goes away mid-request."""
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+logger = logging.getLogger(__name__)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{8,64}$")
 
@@ -36,4 +41,32 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         if settings.CONTENT_SECURITY_POLICY:
             response.headers.setdefault("Content-Security-Policy", settings.CONTENT_SECURITY_POLICY)
+        return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A database that went away mid-request is a clean 503, not a 500 page.
+
+    The request's transaction died with its connection, so nothing it wrote was kept: the answer says so,
+    and a retry is safe. Django drops the broken connection when the request ends.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, (OperationalError, InterfaceError)):
+            return None
+        request_id = getattr(request, "request_id", "")
+        logger.warning("database unavailable during %s %s (request %s): %s", request.method, request.path,
+                       request_id, exception)
+        message = "The database could not be reached; nothing was changed. Try again in a few seconds."
+        if request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", ""):
+            response: HttpResponse = JsonResponse({"detail": message, "request_id": request_id}, status=503)
+        else:
+            response = HttpResponse(f"{message}\n", content_type="text/plain; charset=utf-8", status=503)
+        response["Retry-After"] = "5"
         return response

@@ -132,6 +132,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.ContentSecurityPolicyMiddleware",
+    "controlplane.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

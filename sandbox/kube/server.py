@@ -40,6 +40,7 @@ class KubeFaults:
     error_rate: float = 0.0  # fraction of API requests answered 500
     fail_next: int = 0  # the next N API requests are answered 500
     conflict_storm: int = 0  # the next N writes (PUT/PATCH) are answered 409
+    late_write_answer_s: float = 0.0  # a write is applied at once, its answer sent this much later
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,8 @@ class _Handler(QuietHandler):
             if injected is not None:
                 raise injected
             answer = self._api(method, parts, query, body)
+            if method in ("PUT", "PATCH", "POST") and api.faults.late_write_answer_s > 0:
+                time.sleep(api.faults.late_write_answer_s)  # the write landed; the client may give up first
             if answer is not STREAMED:
                 self._send(200, answer)
         except ApiError as error:
