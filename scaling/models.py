@@ -217,6 +217,8 @@ class TrafficShift(models.Model):
     resume_phase = models.CharField(max_length=20, choices=ShiftPhase.choices, blank=True)  # while paused
     step = models.PositiveSmallIntegerField(default=0)
     good_step = models.PositiveSmallIntegerField(default=0, help_text="The last step that passed its hold (0: start).")
+    rollback_step = models.PositiveSmallIntegerField(
+        default=0, help_text="The step whose weights a rollback restores: the last good one, or 0 when a person rolls back.")
     approved_step = models.PositiveSmallIntegerField(default=0, help_text="The highest gated step a person approved.")
     step_since = models.DateTimeField(null=True, blank=True)
     failed_checks = models.PositiveSmallIntegerField(default=0)

@@ -317,6 +317,7 @@ def _decide(shift: TrafficShift, now: datetime) -> None:
     if action == shifting.ROLL_BACK:
         if paused:
             shift.resume_phase = ""
+        shift.rollback_step = shift.good_step
         _transition(shift, ShiftPhase.ROLLING_BACK, AUTO, decision.detail)
     elif paused:
         shift.save()  # a paused shift is still guarded, and moves no further
@@ -345,7 +346,8 @@ def _finish_write(shift_id: int, expected_phase: str, step: int, outcome_weights
             shift.step_since = now
             _transition(shift, ShiftPhase.HOLDING, AUTO, f"step {step} ({shift.steps[step - 1]} %) {note}", **data)
         else:
-            _transition(shift, ShiftPhase.ROLLED_BACK, AUTO, f"weights of step {shift.good_step} {note}", **data)
+            restored = f"weights of step {shift.rollback_step}" if shift.rollback_step else "the weights it started from"
+            _transition(shift, ShiftPhase.ROLLED_BACK, AUTO, f"{restored} {note}", **data)
     return shift
 
 
@@ -374,7 +376,7 @@ def _write(shift: TrafficShift, router: Router, now: datetime) -> TrafficShift:
         target = _weights_at(shift, step)
         accepted = (_weights_at(shift, step - 1),)  # from the step before; or already written by a dead worker
     else:
-        target = _weights_at(shift, shift.good_step)
+        target = _weights_at(shift, shift.rollback_step)
         # A rollback may find any weights the shift wrote, up to the step it was entering.
         accepted = tuple(_weights_at(shift, number) for number in range(0, step + 1))
     def still_wanted() -> str | None:
@@ -461,7 +463,8 @@ def resume(shift_id: int, actor: core.Actor, comment: str = "", now: datetime | 
 
 
 def rollback(shift_id: int, actor: core.Actor, comment: str = "", router: Router | None = None) -> TrafficShift:
-    """Return the route to the last good weights now (the write follows at once, and on the next tick if it fails)."""
+    """Return the route to the weights the shift started from (the write follows at once, and on the next tick
+    if it fails). The guard's own rollback returns to the last good step instead."""
     with transaction.atomic():
         shift = _act(shift_id, actor)
         if shift.phase not in SHIFT_ACTIVE_PHASES or shift.phase == ShiftPhase.ROLLING_BACK:
@@ -471,6 +474,7 @@ def rollback(shift_id: int, actor: core.Actor, comment: str = "", router: Router
             return shift
         if shift.phase == ShiftPhase.PAUSED:
             shift.resume_phase = ""
+        shift.rollback_step = 0  # a person undoes the whole shift; the guard keeps the last good step
         _transition(shift, ShiftPhase.ROLLING_BACK, actor, comment or "rolled back by a person")
     return tick(shift.pk, router=router)
 
