@@ -307,3 +307,17 @@ def test_the_same_key_answers_with_the_same_shift(sandbox, pools, alice: User) -
     assert _start(pools, alice, idempotency_key="surge-1").pk == first.pk
     with pytest.raises(traffic.ShiftConflict, match="already moving traffic"):
         _start(pools, alice, idempotency_key="surge-2")
+
+
+def test_the_pool_page_shows_the_shift_and_its_weights(sandbox, pools, alice: User, client) -> None:  # noqa: ANN001, F811
+    kube, gateway = sandbox
+    shift = _start(pools, alice, hold_s=300)
+    now = timezone.now()
+    observe(kube, gateway, pools, now)
+    traffic.tick(shift.pk, now=now)
+    client.force_login(alice)
+    for pool in pools:  # both ends of the shift show it
+        page = client.get(f"/pools/{pool.pk}/live/").content.decode()
+        assert f"Traffic shift #{shift.pk}" in page and "step <b>1</b> of 3 (80 % to vllm-chat-8b-warm)" in page
+        assert "<td><code>vllm-chat-8b-warm</code></td><td class=\"num\">80</td>" in page
+        assert "Failed checks <b>0</b> of 3" in page
