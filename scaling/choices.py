@@ -66,7 +66,8 @@ class ShiftPhase(models.TextChoices):
     COMPLETED = "completed", "Completed"
     ROLLING_BACK = "rolling_back", "Rolling back"
     ROLLED_BACK = "rolled_back", "Rolled back"
-    # The route changed under the shift (someone else wrote its weights), or the router refused for good.
+    # The route changed under the shift (someone else wrote its weights), the router refused for good, or
+    # the pools' teams may no longer act in the cluster.
     FAILED = "failed", "Failed"
 
 
@@ -77,13 +78,14 @@ SHIFT_TERMINAL_PHASES = frozenset(set(ShiftPhase) - SHIFT_ACTIVE_PHASES)
 # The only legal moves; `scaling.traffic` refuses everything else.
 SHIFT_TRANSITIONS: dict[str, frozenset[str]] = {
     ShiftPhase.PENDING: frozenset({ShiftPhase.STEPPING, ShiftPhase.WAITING_APPROVAL, ShiftPhase.PAUSED,
-                                   ShiftPhase.ROLLED_BACK}),
+                                   ShiftPhase.ROLLED_BACK, ShiftPhase.FAILED}),
     ShiftPhase.STEPPING: frozenset({ShiftPhase.HOLDING, ShiftPhase.ROLLING_BACK, ShiftPhase.FAILED}),
     ShiftPhase.HOLDING: frozenset({ShiftPhase.STEPPING, ShiftPhase.WAITING_APPROVAL, ShiftPhase.COMPLETED,
-                                   ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK}),
-    ShiftPhase.WAITING_APPROVAL: frozenset({ShiftPhase.STEPPING, ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK}),
+                                   ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK, ShiftPhase.FAILED}),
+    ShiftPhase.WAITING_APPROVAL: frozenset({ShiftPhase.STEPPING, ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK,
+                                            ShiftPhase.FAILED}),
     ShiftPhase.PAUSED: frozenset({ShiftPhase.PENDING, ShiftPhase.HOLDING, ShiftPhase.WAITING_APPROVAL,
-                                  ShiftPhase.ROLLING_BACK}),
+                                  ShiftPhase.ROLLING_BACK, ShiftPhase.FAILED}),
     ShiftPhase.ROLLING_BACK: frozenset({ShiftPhase.ROLLED_BACK, ShiftPhase.FAILED}),
 }
 

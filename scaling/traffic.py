@@ -135,21 +135,6 @@ def guard_reading(shift: TrafficShift, now: datetime) -> shifting.GuardReading:
     )
 
 
-def live_weights(shift: TrafficShift) -> dict[str, int] | None:
-    """The route's weights as the cluster has them now (None when it cannot be read), for the pool page."""
-    try:
-        return route_router(shift.cluster, shift.router_kind).read(
-            _route(shift), {shift.from_backend, shift.to_backend}).weights
-    except DriverError:
-        return None
-
-
-def active_shift(pool: Pool) -> TrafficShift | None:
-    """The active shift that moves traffic to or from `pool` (one per route at most)."""
-    return TrafficShift.objects.filter(Q(from_pool=pool) | Q(to_pool=pool), phase__in=list(SHIFT_ACTIVE_PHASES)) \
-        .select_related("from_pool", "to_pool").first()
-
-
 def giving_shift(pool: Pool) -> TrafficShift | None:
     """The active shift that moves traffic away from `pool`: it must keep the capacity to take it back."""
     return TrafficShift.objects.filter(from_pool=pool, phase__in=list(SHIFT_ACTIVE_PHASES)).first()
@@ -398,6 +383,12 @@ def tick(shift_id: int, router: Router | None = None, now: datetime | None = Non
     with transaction.atomic():
         shift = _locked(shift_id)
         if shift.phase in SHIFT_TERMINAL_PHASES:
+            return shift
+        refusals = [core.cluster_refusal(shift.cluster, pool.team) for pool in (shift.from_pool, shift.to_pool)]
+        if refusal := next((text for text in refusals if text), ""):
+            # The teams may no longer act in the cluster (a share was revoked): nothing more is written.
+            shift.last_error = refusal
+            _transition(shift, ShiftPhase.FAILED, AUTO, f"stopped: {refusal}")
             return shift
         if shift.phase not in (ShiftPhase.STEPPING, ShiftPhase.ROLLING_BACK):
             _decide(shift, now)

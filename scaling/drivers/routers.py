@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from scaling.drivers.cluster import DriverError
-from scaling.drivers.kubernetes import MAX_CONFLICT_RETRIES, MERGE_PATCH, KubeCredentials, KubernetesDriver, _driver_error
+from scaling.drivers.kubernetes import MAX_CONFLICT_RETRIES, MERGE_PATCH, KubeCredentials, _driver_error, api_client
 from scaling.drivers.routing import RouteRef, RoutePremiseChanged, RouteWeights, WeightOutcome, WeightPremise
 from scaling.engine.shifting import WeightError, WeightScheme, validate_weights
 
@@ -34,13 +34,12 @@ class _CustomObjectRouter:
     refs_key = ""  # rule.<refs_key>: the weighted backends of one rule
 
     def __init__(self, api_url: str, *, credentials: KubeCredentials | None = None, timeout_s: float = 10.0) -> None:
-        # The ClusterDriver's client setup (auth, TLS, no hidden retries) is the one to share.
-        self._driver = KubernetesDriver(api_url, credentials=credentials, timeout_s=timeout_s)
-        self._custom = client.CustomObjectsApi(self._driver._api_client)
+        self._api_client = api_client(api_url, credentials)
+        self._custom = client.CustomObjectsApi(self._api_client)
         self._timeout = timeout_s
 
     def close(self) -> None:
-        self._driver.close()
+        self._api_client.close()
 
     # --- what differs by kind -----------------------------------------------------------------
     def backend_of(self, ref: Obj) -> str:

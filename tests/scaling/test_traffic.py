@@ -321,3 +321,27 @@ def test_the_pool_page_shows_the_shift_and_its_weights(sandbox, pools, alice: Us
         assert f"Traffic shift #{shift.pk}" in page and "step <b>1</b> of 3 (80 % to vllm-chat-8b-warm)" in page
         assert "<td><code>vllm-chat-8b-warm</code></td><td class=\"num\">80</td>" in page
         assert "Failed checks <b>0</b> of 3" in page
+
+
+def test_a_cluster_the_team_may_no_longer_use_stops_the_shift(sandbox, pools, alice: User,  # noqa: ANN001, F811
+                                                               search_team: Team) -> None:  # noqa: F811
+    kube, gateway = sandbox
+    shift = _start(pools, alice)
+    Cluster.objects.filter(pk=shift.cluster_id).update(team=search_team)  # now another team's, not shared
+    shift = traffic.tick(shift.pk)
+    assert shift.phase == ShiftPhase.FAILED and "not shared with team ML Platform" in shift.last_error
+    assert _weights(kube) == {GIVING: 100, RECEIVING: 0}
+
+
+def test_the_beat_ticks_every_active_shift(sandbox, pools, alice: User) -> None:  # noqa: ANN001, F811
+    from controlplane.celery import app
+    from scaling import tasks
+
+    entry = app.conf.beat_schedule["advance-shifts"]
+    assert entry["task"] == tasks.advance_shifts.name and entry["options"]["expires"] < entry["schedule"] == 15.0
+    kube, gateway = sandbox
+    shift = _start(pools, alice)
+    observe(kube, gateway, pools, timezone.now())
+    tasks.advance_shifts()
+    shift.refresh_from_db()
+    assert (shift.phase, shift.step, _weights(kube)) == (ShiftPhase.HOLDING, 1, {GIVING: 20, RECEIVING: 80})
