@@ -242,7 +242,7 @@ class TrafficShift(models.Model):
         constraints = [
             # Two shifts writing one route's weights would undo each other.
             models.UniqueConstraint(fields=["cluster", "router_kind", "route_namespace", "route_name"],
-                                    condition=Q(phase__in=list(SHIFT_ACTIVE_PHASES)), name="shift_one_active_per_route"),
+                                    condition=Q(phase__in=sorted(SHIFT_ACTIVE_PHASES)), name="shift_one_active_per_route"),
             models.UniqueConstraint(fields=["to_pool", "idempotency_key"], name="shift_idempotency_key_per_pool"),
             models.CheckConstraint(condition=~Q(from_pool=models.F("to_pool")), name="shift_between_two_pools"),
         ]
