@@ -15,8 +15,8 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from controlplane import services as core
-from controlplane.choices import Channel
-from controlplane.models import AuditEvent, Cluster, Pool, Team
+from controlplane.choices import Channel, Role
+from controlplane.models import AuditEvent, Cluster, Membership, Pool, Team
 from sandbox.fleet import Fleet
 from sandbox.gateway import Gateway
 from sandbox.kube import resources as res
@@ -345,3 +345,35 @@ def test_the_beat_ticks_every_active_shift(sandbox, pools, alice: User) -> None:
     tasks.advance_shifts()
     shift.refresh_from_db()
     assert (shift.phase, shift.step, _weights(kube)) == (ShiftPhase.HOLDING, 1, {GIVING: 20, RECEIVING: 80})
+
+
+def test_the_pool_page_pauses_rolls_back_and_approves(sandbox, pools, alice: User, charlie: User,  # noqa: ANN001, F811
+                                                      ml_team: Team, client) -> None:  # noqa: ANN001, F811
+    kube, gateway = sandbox
+    shift = _start(pools, alice, hold_s=15, gated_steps=[1])
+    now = timezone.now()
+    observe(kube, gateway, pools, now)
+    shift = traffic.tick(shift.pk, now=now)
+    assert shift.phase == ShiftPhase.WAITING_APPROVAL
+    client.force_login(alice)
+    page = client.get(f"/pools/{pools[1].pk}/live/").content.decode()
+    assert "Approve step 1</button>" in page and "Roll back</button>" in page
+    approved = client.post(f"/shifts/{shift.pk}/approve/")
+    assert approved.status_code == 200 and TrafficShift.objects.get(pk=shift.pk).approved_step == 1
+    paused = client.post(f"/shifts/{shift.pk}/pause/", {"comment": "look first"})
+    assert paused.status_code == 200 and "Resume</button>" in paused.content.decode()
+    again = client.post(f"/shifts/{shift.pk}/pause/")
+    assert again.status_code == 409 and "only a pending, holding or waiting shift pauses" in again.content.decode()
+    viewer = User.objects.create_user("victor", password="pw-victor")
+    Membership.objects.create(user=viewer, team=ml_team, role=Role.VIEWER)
+    client.force_login(viewer)
+    assert "Roll back</button>" not in client.get(f"/pools/{pools[1].pk}/live/").content.decode()
+    refused = client.post(f"/shifts/{shift.pk}/rollback/")
+    assert refused.status_code == 403 and "operator role in team ML Platform" in refused.content.decode()
+    client.force_login(charlie)
+    assert client.post(f"/shifts/{shift.pk}/rollback/").status_code == 404  # not even visible
+    client.force_login(alice)
+    rolled = client.post(f"/shifts/{shift.pk}/rollback/")
+    assert rolled.status_code == 200 and "Rolled back" in rolled.content.decode()
+    assert "Roll back</button>" not in rolled.content.decode()
+    assert TrafficShift.objects.get(pk=shift.pk).events.filter(channel=Channel.WEB).count() == 3
