@@ -163,7 +163,8 @@ def _transition(shift: TrafficShift, target: str, actor: core.Actor, comment: st
 
 
 def _locked(shift_id: int) -> TrafficShift:
-    return TrafficShift.objects.select_for_update().select_related(
+    # of=self: the pools, teams and cluster are read with the row, not locked with it.
+    return TrafficShift.objects.select_for_update(of=("self",)).select_related(
         "cluster", "from_pool__team", "to_pool__team", "to_pool__cluster").get(pk=shift_id)
 
 
@@ -302,7 +303,7 @@ def _decide(shift: TrafficShift, now: datetime) -> None:
     if action == shifting.ROLL_BACK:
         if paused:
             shift.resume_phase = ""
-        shift.rollback_step = shift.good_step
+        shift.rollback_step = shifting.rollback_target(progress_of(shift)) + 1
         _transition(shift, ShiftPhase.ROLLING_BACK, AUTO, decision.detail)
     elif paused:
         shift.save()  # a paused shift is still guarded, and moves no further

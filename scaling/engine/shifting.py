@@ -193,6 +193,12 @@ def capacity_shortfall(spec: ShiftSpec, step: int, reading: GuardReading) -> str
     return ""
 
 
+def rollback_target(progress: Progress) -> int:
+    """The step a failing shift returns to: the last that passed its hold before the one now on the route
+    (-1: the start). A step that passed and then fails while the next one waits is not good any more."""
+    return min(progress.good_step, progress.step - 1)
+
+
 def _count(spec: ShiftSpec, progress: Progress, check: Check, now_s: float) -> tuple[Progress, Check]:
     """Fold one check into the counters: a failure counts; no data counts once past its deadline."""
     if check.outcome == "pass":

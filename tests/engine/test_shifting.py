@@ -136,3 +136,12 @@ def test_needed_replicas_for_a_step() -> None:
     assert shifting.needed_replicas(SPEC, 2, GOOD) == 2  # 10 req/s exactly fits 2
     assert shifting.needed_replicas(SPEC, 2, replace(GOOD, route_rps=10.5)) == 3
     assert shifting.needed_replicas(SPEC, 0, replace(GOOD, route_rps=0.0)) == 0
+
+
+@pytest.mark.parametrize(("progress", "target"), [
+    (Progress(step=0, good_step=-1), -1),  # the first step fails: back to the start
+    (Progress(step=2, good_step=1), 1),  # failing during step 3's hold: back to step 2
+    (Progress(step=1, good_step=1), 0),  # step 2 passed, then failed while step 3 waited: back to step 1
+])
+def test_a_rollback_returns_to_the_last_good_step_before_the_current_one(progress, target) -> None:  # noqa: ANN001
+    assert shifting.rollback_target(progress) == target

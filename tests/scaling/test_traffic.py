@@ -377,3 +377,24 @@ def test_the_pool_page_pauses_rolls_back_and_approves(sandbox, pools, alice: Use
     assert rolled.status_code == 200 and "Rolled back" in rolled.content.decode()
     assert "Roll back</button>" not in rolled.content.decode()
     assert TrafficShift.objects.get(pk=shift.pk).events.filter(channel=Channel.WEB).count() == 3
+
+
+def test_a_failure_at_the_second_step_returns_to_the_first(sandbox, pools, alice: User) -> None:  # noqa: ANN001, F811
+    kube, gateway = sandbox
+    shift = _start(pools, alice, hold_s=15, max_p95_s=0.5, failure_threshold=2)
+    now = timezone.now()
+    while shift.step < 2:
+        observe(kube, gateway, pools, now)
+        shift = traffic.tick(shift.pk, now=now)
+        now += timedelta(seconds=15)
+    assert (shift.phase, _weights(kube)) == (ShiftPhase.HOLDING, {GIVING: 5, RECEIVING: 95})
+    [pod] = [replica.name for replica in kube.replicas(NS, RECEIVING)]
+    requests.put(f"{kube.url}/sandbox/pods/{NS}/{pod}/faults", json={"extra_latency_s": 0.8}, timeout=5)
+    for _ in range(4):
+        observe(kube, gateway, pools, now)
+        shift = traffic.tick(shift.pk, now=now)
+        now += timedelta(seconds=15)
+        if shift.phase == ShiftPhase.ROLLED_BACK:
+            break
+    assert (shift.phase, shift.rollback_step) == (ShiftPhase.ROLLED_BACK, 1)
+    assert _weights(kube) == {GIVING: 20, RECEIVING: 80}  # the last good step, not the start
