@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from controlplane.choices import Role
-from controlplane.models import Membership, Pool, Team
+from controlplane.models import Cluster, Membership, Pool, Team
 from scaling.choices import ShiftPhase
 from scaling.models import TrafficShift
 
@@ -112,3 +112,11 @@ def test_the_schema_documents_the_shift_actions(alice: User) -> None:
     for verb in ("pause", "resume", "rollback", "approve"):
         assert f"/api/v1/shifts/{{id}}/{verb}/" in schema["paths"]
     assert "post" in schema["paths"]["/api/v1/shifts/"]
+
+
+def test_pools_in_a_cluster_no_longer_shared_with_their_team_cannot_shift(alice: User, pools,  # noqa: ANN001, F811
+                                                                          search_team: Team) -> None:  # noqa: F811
+    Cluster.objects.filter(pk=pools[0].cluster_id).update(team=search_team)
+    response = token_client(alice).post(URL, _payload(pools), format="json")
+    assert response.status_code == 403 and "not shared with team ML Platform" in str(response.data)
+    assert not TrafficShift.objects.exists()
