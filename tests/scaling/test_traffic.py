@@ -398,3 +398,22 @@ def test_a_failure_at_the_second_step_returns_to_the_first(sandbox, pools, alice
             break
     assert (shift.phase, shift.rollback_step) == (ShiftPhase.ROLLED_BACK, 1)
     assert _weights(kube) == {GIVING: 20, RECEIVING: 80}  # the last good step, not the start
+
+
+def test_a_worker_killed_after_a_rollback_write_finishes_it_without_writing_again(sandbox, pools,  # noqa: ANN001, F811
+                                                                                  alice: User) -> None:  # noqa: F811
+    kube, gateway = sandbox
+    shift = _start(pools, alice)
+    now = timezone.now()
+    observe(kube, gateway, pools, now)
+    shift = traffic.tick(shift.pk, now=now)
+    assert _weights(kube) == {GIVING: 20, RECEIVING: 80}
+    with pytest.raises(WorkerKilled):
+        traffic.rollback(shift.pk, core.Actor(alice, Channel.API),
+                         router=Dies(route_router(shift.cluster, shift.router_kind), after_write=True))
+    shift.refresh_from_db()
+    assert shift.phase == ShiftPhase.ROLLING_BACK and _weights(kube) == {GIVING: 100, RECEIVING: 0}
+    version = kube.store.get(res.HTTPROUTES, NS, ROUTE)["metadata"]["resourceVersion"]
+    shift = traffic.tick(shift.pk)
+    assert shift.phase == ShiftPhase.ROLLED_BACK and shift.events.last().data["wrote"] is False
+    assert kube.store.get(res.HTTPROUTES, NS, ROUTE)["metadata"]["resourceVersion"] == version
