@@ -37,10 +37,12 @@ REQUESTS_PER_TICK = 20
 
 
 @pytest.fixture
-def sandbox(settings) -> Iterator[tuple[SandboxCluster, Gateway]]:  # noqa: ANN001
+def sandbox(request, settings) -> Iterator[tuple[SandboxCluster, Gateway]]:  # noqa: ANN001
+    """The pools behind an HTTPRoute, or an Istio VirtualService with `indirect` parametrization."""
     profile = dataclasses.replace(get_profile("llama-3.1-8b-h100"), model="tiny", max_num_seqs=4,
                                   itl_ms_base=1.0, itl_ms_per_seq=0.0)
-    with Fleet() as fleet, SandboxCluster(fleet, route_namespace=NS) as kube:
+    route_kind = getattr(request, "param", "httproute")
+    with Fleet() as fleet, SandboxCluster(fleet, route_namespace=NS, route_kind=route_kind) as kube:
         kube.add_pool(PoolSpec(name=GIVING, profile=profile, namespace=NS, model="chat", cold_start_s=0, weight=100))
         kube.add_pool(PoolSpec(name=RECEIVING, profile=profile, namespace=NS, model="chat-warm", cold_start_s=0,
                                weight=0))
@@ -103,9 +105,10 @@ def _start(pools: tuple[Pool, Pool], user: User, **options) -> TrafficShift:  # 
     return traffic.start(pools[0], pools[1], core.Actor(user, Channel.API), **options)
 
 
+@pytest.mark.parametrize("sandbox", ["httproute", "virtualservice"], indirect=True)
 def test_a_shift_steps_80_95_100_and_completes(sandbox, pools, alice: User) -> None:  # noqa: ANN001, F811
     kube, gateway = sandbox
-    shift = _start(pools, alice, hold_s=30, max_p95_s=2.0)
+    shift = _start(pools, alice, router_kind=kube.route.resource.kind.lower(), hold_s=30, max_p95_s=2.0)
     assert shift.phase == ShiftPhase.PENDING and _weights(kube) == {GIVING: 100, RECEIVING: 0}
     now, timeline = timezone.now(), []
     for _ in range(20):
