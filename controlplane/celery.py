@@ -19,6 +19,9 @@ app.conf.beat_schedule = {
     "tick": {"task": "scaling.tasks.tick", "schedule": 15.0, "options": {"expires": 14}},
     # Executions whose worker died are resumed, applied ones followed to Ready: a lost worker costs one tick.
     "advance-executions": {"task": "scaling.tasks.advance_executions", "schedule": 15.0, "options": {"expires": 14}},
+    # One step of each active traffic shift. 15 s: one scrape, so each guard check sees fresh signals,
+    # and a failing step rolls back within failure_threshold × 15 s.
+    "advance-shifts": {"task": "scaling.tasks.advance_shifts", "schedule": 15.0, "options": {"expires": 14}},
     # Proposals nobody decided on expire; a minute of resolution is enough for a 10-minute expiry.
     "expire-proposals": {"task": "scaling.tasks.expire_proposals", "schedule": 60.0, "options": {"expires": 55}},
     # The notification outbox's safety net: events missed after commit, and retries whose backoff has passed.

@@ -1,8 +1,8 @@
-"""The sandbox route: a small HTTP gateway that splits traffic between pools by HTTPRoute weights.
+"""The sandbox route: a small HTTP gateway that splits traffic between pools by the route's weights.
 
-It plays the Gateway API implementation (Envoy) in front of the pools: each request picks a
-backend pool with probability weight / total weight (read from the HTTPRoute on every request, so
-a patch takes effect at once), then the Ready replica of that pool with the fewest requests in
+It plays the Gateway API implementation (Envoy), or Istio's ingress gateway when the sandbox route is
+a VirtualService, in front of the pools: each request picks a backend pool with probability
+weight / total weight (read from the route on every request, so a patch takes effect at once), then the Ready replica of that pool with the fewest requests in
 flight. The `model` field is rewritten to the chosen pool's served model, as an inference gateway
 does for fallback pools. No Ready replica in the chosen pool answers 503 like Envoy's
 "no healthy upstream".

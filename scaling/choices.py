@@ -48,3 +48,47 @@ def same_track(kind_a: str, kind_b: str) -> bool:
 
 def can_move(source: str, target: str) -> bool:
     return target in TRANSITIONS.get(source, frozenset())
+
+
+class RouterKind(models.TextChoices):
+    """Route kinds a shift can move traffic on (scaling.drivers.registry.ROUTERS serves each)."""
+
+    HTTPROUTE = "httproute", "Gateway API HTTPRoute"
+    VIRTUALSERVICE = "virtualservice", "Istio VirtualService"
+
+
+class ShiftPhase(models.TextChoices):
+    PENDING = "pending", "Pending"
+    STEPPING = "stepping", "Writing a step"  # the step's weights are being written (persisted before the write)
+    HOLDING = "holding", "Holding"
+    WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+    PAUSED = "paused", "Paused"
+    COMPLETED = "completed", "Completed"
+    ROLLING_BACK = "rolling_back", "Rolling back"
+    ROLLED_BACK = "rolled_back", "Rolled back"
+    # The route changed under the shift (someone else wrote its weights), the router refused for good, or
+    # the pools' teams may no longer act in the cluster.
+    FAILED = "failed", "Failed"
+
+
+SHIFT_ACTIVE_PHASES = frozenset({ShiftPhase.PENDING, ShiftPhase.STEPPING, ShiftPhase.HOLDING,
+                                 ShiftPhase.WAITING_APPROVAL, ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK})
+SHIFT_TERMINAL_PHASES = frozenset(set(ShiftPhase) - SHIFT_ACTIVE_PHASES)
+
+# The only legal moves; `scaling.traffic` refuses everything else.
+SHIFT_TRANSITIONS: dict[str, frozenset[str]] = {
+    ShiftPhase.PENDING: frozenset({ShiftPhase.STEPPING, ShiftPhase.WAITING_APPROVAL, ShiftPhase.PAUSED,
+                                   ShiftPhase.ROLLED_BACK, ShiftPhase.FAILED}),
+    ShiftPhase.STEPPING: frozenset({ShiftPhase.HOLDING, ShiftPhase.ROLLING_BACK, ShiftPhase.FAILED}),
+    ShiftPhase.HOLDING: frozenset({ShiftPhase.STEPPING, ShiftPhase.WAITING_APPROVAL, ShiftPhase.COMPLETED,
+                                   ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK, ShiftPhase.FAILED}),
+    ShiftPhase.WAITING_APPROVAL: frozenset({ShiftPhase.STEPPING, ShiftPhase.PAUSED, ShiftPhase.ROLLING_BACK,
+                                            ShiftPhase.FAILED}),
+    ShiftPhase.PAUSED: frozenset({ShiftPhase.PENDING, ShiftPhase.HOLDING, ShiftPhase.WAITING_APPROVAL,
+                                  ShiftPhase.ROLLING_BACK, ShiftPhase.FAILED}),
+    ShiftPhase.ROLLING_BACK: frozenset({ShiftPhase.ROLLED_BACK, ShiftPhase.FAILED}),
+}
+
+
+def can_shift(source: str, target: str) -> bool:
+    return target in SHIFT_TRANSITIONS.get(source, frozenset())

@@ -30,7 +30,7 @@ from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
-from scaling import services
+from scaling import services, traffic
 from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
@@ -286,6 +286,10 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
     if change is None or current is None:
         return []
     kind, target = ProposalKind(change[0]), change[1]
+    if target < current and (shift := traffic.giving_shift(pool)) is not None:
+        # Its rate fell because a shift moved requests away, and a rollback brings them back at once.
+        return [f"no scale-down while shift #{shift.pk} moves traffic away ({shift.phase}): "
+                "the pool keeps the capacity to take it back"]
     # Only proposals of the same track answer this decision: a pre-scale waiting for a person
     # never stands in for the reactive safety net, nor the other way round.
     if kind in PRESCALE_TRACK:

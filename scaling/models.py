@@ -1,4 +1,4 @@
-"""Capacity proposals, their event history, and measured cold starts."""
+"""Capacity proposals, their event history, measured cold starts, and traffic shifts."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -7,7 +7,7 @@ from django.db.models import Q
 
 from controlplane.choices import Channel
 from controlplane.models import Cluster, Pool
-from scaling.choices import ProposalKind, ProposalState
+from scaling.choices import SHIFT_ACTIVE_PHASES, ProposalKind, ProposalState, RouterKind, ShiftPhase
 
 
 class Proposal(models.Model):
@@ -183,3 +183,95 @@ class SignalSample(models.Model):
     class Meta:
         ordering = ["at"]
         indexes = [models.Index(fields=["pool", "at"])]
+
+
+class TrafficShift(models.Model):
+    """Traffic moved on a route from one pool's backend to another's, step by step under guards.
+
+    `step` counts the steps whose weights are on the route (0: the weights it started from); while
+    `stepping` it is the step being written, persisted before the write so a restarted worker
+    finishes that step and no other. See scaling/engine/shifting.py for the rules of a tick.
+    """
+
+    team_lookups = ("to_pool__team", "from_pool__team")  # the receiving pool's team rules it
+    cluster_lookup = "cluster"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="shifts")
+    from_pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="shifts_giving")
+    to_pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="shifts_receiving")
+    router_kind = models.CharField(max_length=16, choices=RouterKind.choices, default=RouterKind.HTTPROUTE)
+    route_namespace = models.CharField(max_length=63)
+    route_name = models.CharField(max_length=253)
+    from_backend = models.CharField(max_length=253)
+    to_backend = models.CharField(max_length=253)
+
+    steps = models.JSONField(help_text="The receiving backend's share in percent at each step, e.g. [80, 95, 100].")
+    hold_s = models.FloatField(help_text="Seconds each step is held under the guard before the next.")
+    max_p95_s = models.FloatField(help_text="Guard: the receiving pool's TTFT p95 must stay at or below this.")
+    max_error_rate = models.FloatField(help_text="Guard: the receiving pool's error rate (0..1) must stay at or below this.")
+    failure_threshold = models.PositiveSmallIntegerField(help_text="Failed checks that roll the shift back.")
+    no_data_deadline_s = models.FloatField(help_text="Seconds without guard data before each tick counts as failed.")
+    gated_steps = models.JSONField(default=list, blank=True, help_text="Step numbers (from 1) that wait for approval.")
+
+    phase = models.CharField(max_length=20, choices=ShiftPhase.choices, default=ShiftPhase.PENDING)
+    resume_phase = models.CharField(max_length=20, choices=ShiftPhase.choices, blank=True)  # while paused
+    step = models.PositiveSmallIntegerField(default=0)
+    good_step = models.PositiveSmallIntegerField(default=0, help_text="The last step that passed its hold (0: start).")
+    rollback_step = models.PositiveSmallIntegerField(
+        default=0, help_text="The step whose weights a rollback restores: the last good one, or 0 when a person rolls back.")
+    approved_step = models.PositiveSmallIntegerField(default=0, help_text="The highest gated step a person approved.")
+    step_since = models.DateTimeField(null=True, blank=True)
+    failed_checks = models.PositiveSmallIntegerField(default=0)
+    no_data_since = models.DateTimeField(null=True, blank=True)
+    start_weights = models.JSONField(help_text="The route's weights when the shift started (backend → weight).")
+    planned_weights = models.JSONField(help_text="The route's weights at each step, validated at the start.")
+    current_weights = models.JSONField(help_text="The route's weights as last written and read back.")
+    last_check = models.JSONField(default=dict, blank=True)  # {outcome, detail, at}
+    last_error = models.TextField(blank=True)
+
+    idempotency_key = models.CharField(max_length=100)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    created_channel = models.CharField(max_length=16, choices=Channel.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # Two shifts writing one route's weights would undo each other.
+            models.UniqueConstraint(fields=["cluster", "router_kind", "route_namespace", "route_name"],
+                                    condition=Q(phase__in=sorted(SHIFT_ACTIVE_PHASES)), name="shift_one_active_per_route"),
+            models.UniqueConstraint(fields=["to_pool", "idempotency_key"], name="shift_idempotency_key_per_pool"),
+            models.CheckConstraint(condition=~Q(from_pool=models.F("to_pool")), name="shift_between_two_pools"),
+        ]
+
+    def __str__(self) -> str:
+        return f"shift #{self.pk} {self.route_name}: {self.from_backend} → {self.to_backend} ({self.phase})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.phase in SHIFT_ACTIVE_PHASES
+
+    @property
+    def share_percent(self) -> int:
+        """The receiving backend's share now (0 before the first step)."""
+        return self.steps[self.step - 1] if self.step else 0
+
+
+class TrafficShiftEvent(models.Model):
+    """One transition of a shift, or a note on it (a failed check, a confirmed write)."""
+
+    shift = models.ForeignKey(TrafficShift, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    from_phase = models.CharField(max_length=20, blank=True)
+    to_phase = models.CharField(max_length=20)
+    step = models.PositiveSmallIntegerField()
+    actor_name = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    comment = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]

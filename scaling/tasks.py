@@ -29,3 +29,11 @@ def tick() -> None:
     from scaling import loop
 
     loop.tick()
+
+
+@shared_task(ignore_result=True)
+def advance_shifts() -> None:
+    """One step of every active traffic shift: guard checks, holds, the next step or a rollback."""
+    from scaling import traffic
+
+    traffic.advance()

@@ -6,4 +6,5 @@ urlpatterns = [
     path("approvals/", views.inbox, name="approvals"),
     path("proposals/<int:pk>/card/", views.card, name="proposal-card"),
     re_path(r"^proposals/(?P<pk>[0-9]+)/(?P<verdict>approve|reject)/$", views.decide, name="proposal-decide"),
+    re_path(r"^shifts/(?P<pk>[0-9]+)/(?P<verb>pause|resume|rollback|approve)/$", views.shift_act, name="shift-act"),
 ]

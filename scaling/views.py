@@ -1,4 +1,4 @@
-"""Web UI for proposals: the approvals inbox and its live cards."""
+"""Web UI for proposals (the approvals inbox and its live cards) and the pool page's shift actions."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 from controlplane import permissions, services as core
 from controlplane.charts import Series, line_chart
 from controlplane.choices import Channel, Role
-from scaling import services
+from scaling import services, traffic
 from scaling.choices import ACTIVE_STATES, ProposalState
-from scaling.models import Proposal
+from scaling.models import Proposal, TrafficShift
 
 
 def visible_proposals(request: HttpRequest):  # noqa: ANN201
@@ -71,3 +71,21 @@ def decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
     proposal = visible_proposals(request).get(pk=pk)
     context = _card_context(request, proposal) | {"error": error}
     return render(request, "scaling/_proposal_card.html", context, status=status)
+
+
+SHIFT_ACTIONS = {"pause": traffic.pause, "resume": traffic.resume, "rollback": traffic.rollback,
+                 "approve": traffic.approve}
+
+
+@login_required
+@require_POST
+def shift_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    """Pause, resume, roll back or approve a gated step from the pool page; answers the shift's card."""
+    shifts = permissions.scoped(TrafficShift.objects.select_related("from_pool__team", "to_pool__team"), request.user)
+    shift = get_object_or_404(shifts, pk=pk)
+    error, status = "", 200
+    try:
+        SHIFT_ACTIONS[verb](shift.pk, core.Actor.from_request(request, Channel.WEB), request.POST.get("comment", "")[:2000])
+    except traffic.ShiftError as exc:
+        error, status = str(exc), exc.status_code  # 403 not allowed, 409 not in a phase that allows it
+    return render(request, "scaling/_shift_card.html", {"shift": shifts.get(pk=pk), "error": error}, status=status)

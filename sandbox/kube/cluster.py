@@ -4,7 +4,8 @@ A small controller loop plays the roles of the Deployment/ReplicaSet controllers
 KEDA's HPA: it starts or stops emulated replicas to match each Deployment's `spec.replicas` (a
 ScaledObject's min/max clamp it, as KEDA's HPA would), publishes one Pod per replica (Ready only
 once the replica listens), restarts replicas that died, and keeps Deployment status current.
-One HTTPRoute (`route_name`) lists every pool's Service; the gateway reads its weights.
+One route (`route_name`) lists every pool's Service; the gateway reads its weights. The route is a
+Gateway API HTTPRoute by default, or an Istio VirtualService (`route_kind="virtualservice"`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import secrets
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -64,7 +66,10 @@ class _PodRecord:
 
 class SandboxCluster:
     def __init__(self, fleet: Fleet, store: ObjectStore | None = None, route_name: str = "sandbox-route",
-                 route_namespace: str = "sandbox", restart_delay_s: float = 5.0) -> None:
+                 route_namespace: str = "sandbox", restart_delay_s: float = 5.0, route_kind: str = "httproute") -> None:
+        if route_kind not in ROUTE_KINDS:
+            raise ValueError(f"route_kind must be one of {sorted(ROUTE_KINDS)}, got {route_kind!r}")
+        self.route = ROUTE_KINDS[route_kind]
         self.fleet = fleet
         self.store = store or ObjectStore()
         self.route_name = route_name
@@ -79,7 +84,7 @@ class SandboxCluster:
         self._thread: threading.Thread | None = None
         for namespace in ("default", route_namespace):
             self._ensure_namespace(namespace)
-        self.store.create(res.HTTPROUTES, _route_object(route_name, route_namespace))
+        self.store.create(self.route.resource, self.route.build(route_name, route_namespace))
 
     @property
     def url(self) -> str:
@@ -115,15 +120,8 @@ class SandboxCluster:
             self.store.create(res.SERVICES, _service_object(spec))
             if spec.keda:
                 self.store.create(res.SCALEDOBJECTS, _scaled_object(spec))
-            backend = {"group": "", "kind": "Service", "name": spec.name, "port": 8000, "weight": spec.weight}
-            if spec.namespace != self.route_namespace:
-                backend["namespace"] = spec.namespace
-
-            def add_backend(route: Object) -> Object:
-                route["spec"]["rules"][0]["backendRefs"].append(backend)
-                return route
-
-            self.store.update(res.HTTPROUTES, self.route_namespace, self.route_name, add_backend)
+            self.store.update(self.route.resource, self.route_namespace, self.route_name,
+                              lambda route: self.route.add_backend(route, spec, self.route_namespace))
         self.reconcile()
 
     def replicas(self, namespace: str, name: str) -> list[EmulatedReplica]:
@@ -135,15 +133,14 @@ class SandboxCluster:
 
     def route_weights(self) -> list[tuple[PoolSpec, int]]:
         """(pool, weight) for every backend of the sandbox route, as stored right now."""
-        route = self.store.find(res.HTTPROUTES, self.route_namespace, self.route_name)
+        route = self.store.find(self.route.resource, self.route_namespace, self.route_name)
         if route is None:
             return []
         weighted = []
-        for rule in route["spec"].get("rules") or []:
-            for ref in rule.get("backendRefs") or []:
-                pool = self.pools.get((ref.get("namespace", self.route_namespace), ref.get("name")))
-                if pool is not None:
-                    weighted.append((pool, int(ref.get("weight", 1))))
+        for namespace, name, weight in self.route.backends(route, self.route_namespace):
+            pool = self.pools.get((namespace, name))
+            if pool is not None:
+                weighted.append((pool, weight))
         return weighted
 
     # --- the controller --------------------------------------------------------------------
@@ -307,6 +304,61 @@ def _route_object(name: str, namespace: str) -> Object:
                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
                                 "backendRefs": []}]},
             "status": {"parents": []}}
+
+
+@dataclass(frozen=True)
+class RouteKind:
+    """Where one kind of route keeps its backends and weights."""
+
+    resource: res.ResourceType
+    build: Callable[[str, str], Object]
+    add_backend: Callable[[Object, PoolSpec, str], Object]
+    backends: Callable[[Object, str], list[tuple[str, str, int]]]  # (namespace, Service, weight)
+
+
+def _http_route_backend(route: Object, spec: PoolSpec, route_namespace: str) -> Object:
+    backend = {"group": "", "kind": "Service", "name": spec.name, "port": 8000, "weight": spec.weight}
+    if spec.namespace != route_namespace:
+        backend["namespace"] = spec.namespace
+    route["spec"]["rules"][0]["backendRefs"].append(backend)
+    return route
+
+
+def _http_route_backends(route: Object, route_namespace: str) -> list[tuple[str, str, int]]:
+    return [(ref.get("namespace", route_namespace), ref.get("name"), int(ref.get("weight", 1)))
+            for rule in route["spec"].get("rules") or [] for ref in rule.get("backendRefs") or []]
+
+
+def _virtual_service_object(name: str, namespace: str) -> Object:
+    return {"metadata": {"name": name, "namespace": namespace},
+            "spec": {"hosts": [name], "gateways": [GATEWAY_NAME],
+                     "http": [{"match": [{"uri": {"prefix": "/v1"}}], "route": []}]},
+            "status": {}}
+
+
+def _virtual_service_backend(service: Object, spec: PoolSpec, route_namespace: str) -> Object:
+    host = spec.name if spec.namespace == route_namespace else f"{spec.name}.{spec.namespace}.svc.cluster.local"
+    service["spec"]["http"][0]["route"].append({"destination": {"host": host, "port": {"number": 8000}},
+                                               "weight": spec.weight})
+    return service
+
+
+def _virtual_service_backends(service: Object, route_namespace: str) -> list[tuple[str, str, int]]:
+    found = []
+    for http in service["spec"].get("http") or []:
+        destinations = http.get("route") or []
+        for ref in destinations:
+            host = str(ref["destination"]["host"]).split(".")
+            namespace = host[1] if len(host) > 1 else route_namespace
+            found.append((namespace, host[0], int(ref.get("weight", 100 if len(destinations) == 1 else 0))))
+    return found
+
+
+ROUTE_KINDS = {
+    "httproute": RouteKind(res.HTTPROUTES, _route_object, _http_route_backend, _http_route_backends),
+    "virtualservice": RouteKind(res.VIRTUALSERVICES, _virtual_service_object, _virtual_service_backend,
+                                _virtual_service_backends),
+}
 
 
 def _pod_object(spec: PoolSpec, deployment: Object, record: _PodRecord) -> Object:

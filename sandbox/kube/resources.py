@@ -34,11 +34,13 @@ SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",))
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",))
 HTTPROUTES = ResourceType("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute",
                           subresources=("status",), custom=True)
+VIRTUALSERVICES = ResourceType("networking.istio.io", "v1", "virtualservices", "VirtualService",
+                               subresources=("status",), custom=True, short_names=("vs",))
 SCALEDOBJECTS = ResourceType("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject",
                              subresources=("status",), custom=True, short_names=("so",))
 
-RESOURCES = (DEPLOYMENTS, PODS, SERVICES, NAMESPACES, HTTPROUTES, SCALEDOBJECTS)
-GROUPS = {"apps": "v1", "gateway.networking.k8s.io": "v1", "keda.sh": "v1alpha1"}
+RESOURCES = (DEPLOYMENTS, PODS, SERVICES, NAMESPACES, HTTPROUTES, VIRTUALSERVICES, SCALEDOBJECTS)
+GROUPS = {"apps": "v1", "gateway.networking.k8s.io": "v1", "networking.istio.io": "v1", "keda.sh": "v1alpha1"}
 
 
 def find(group: str, version: str, plural: str) -> ResourceType | None:

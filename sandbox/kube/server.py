@@ -1,7 +1,7 @@
 """The emulated Kubernetes API server: real HTTP, the paths and JSON the official clients expect.
 
 Serves discovery, Deployments (+ /scale, /status), Pods, Services, Namespaces, Gateway API
-HTTPRoutes and KEDA ScaledObjects: get, list (label and field selectors), update (PUT) and patch
+HTTPRoutes, Istio VirtualServices and KEDA ScaledObjects: get, list (label and field selectors), update (PUT) and patch
 (merge, JSON, and strategic merge for built-in kinds only; a CRD answers 415 to strategic merge,
 as a real cluster does), and watch. No auth. Sandbox-only control routes live under /sandbox/.
 """
@@ -380,6 +380,8 @@ def validate(resource: ResourceType, obj: Object) -> Object:
                                         f"spec.rules[].backendRefs[].weight: Invalid value: {json.dumps(weight)}: "
                                         "must be between 0 and 1000000",
                                    name=name, group=resource.group, kind="HTTPRoute")
+    if resource is resources.VIRTUALSERVICES:
+        _validate_virtual_service(name, obj)
     if resource is resources.SCALEDOBJECTS:
         spec = obj.get("spec") or {}
         low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
@@ -388,3 +390,18 @@ def validate(resource: ResourceType, obj: Object) -> Object:
                                 "integer between 0 and maxReplicaCount", name=name, group="keda.sh",
                            kind="ScaledObject")
     return obj
+
+
+def _validate_virtual_service(name: str, obj: Object) -> None:
+    """Istio's rule: route weights are 0-100 and, when any is set, those of one http route add up to 100."""
+    for index, http in enumerate((obj.get("spec") or {}).get("http") or []):
+        destinations = http.get("route") or []
+        weights = [ref.get("weight") for ref in destinations if ref.get("weight") is not None]
+        bad = [w for w in weights if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w <= 100]
+        problem = (f"spec.http[{index}].route[].weight: Invalid value: {json.dumps(bad[0])}: must be between 0 and 100"
+                   if bad else "")
+        if not problem and weights and (len(weights) != len(destinations) or sum(weights) != 100):
+            problem = f"spec.http[{index}].route: total destination weight {sum(weights)} != 100"
+        if problem:
+            raise ApiError(422, f'VirtualService.networking.istio.io "{name}" is invalid: {problem}',
+                           name=name, group=resources.VIRTUALSERVICES.group, kind="VirtualService")

@@ -55,6 +55,11 @@ def _weights(route: Object) -> str:
     return ",".join(f"{ref['name']}={ref.get('weight', 1)}" for ref in refs)
 
 
+def _destinations(service: Object) -> str:
+    routes = [ref for http in (service.get("spec") or {}).get("http") or [] for ref in http.get("route") or []]
+    return ",".join(f"{ref['destination']['host']}={ref.get('weight', 100)}" for ref in routes)
+
+
 NAME: Column = ("Name", "string", lambda o: o["metadata"]["name"])
 AGE: Column = ("Age", "string", _age)
 COLUMNS: dict[str, list[Column]] = {
@@ -68,6 +73,7 @@ COLUMNS: dict[str, list[Column]] = {
     res.PODS.key: [NAME, ("Ready", "string", _pod_ready), ("Status", "string", _pod_status),
                    ("Restarts", "integer", _restarts), AGE],
     res.HTTPROUTES.key: [NAME, ("Backends", "string", _weights), AGE],
+    res.VIRTUALSERVICES.key: [NAME, ("Destinations", "string", _destinations), AGE],
     res.SCALEDOBJECTS.key: [
         NAME, ("Min", "integer", lambda s: s["spec"].get("minReplicaCount", 0)),
         ("Max", "integer", lambda s: s["spec"].get("maxReplicaCount", 100)), AGE],

@@ -5,7 +5,8 @@ from rest_framework import serializers
 from controlplane.api.serializers import ScopedModelSerializer
 from scaling import services
 from scaling.choices import ProposalKind
-from scaling.models import Proposal, ProposalEvent
+from scaling.engine import shifting
+from scaling.models import Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent
 
 
 class ProposalEventSerializer(serializers.ModelSerializer):
@@ -56,4 +57,59 @@ class ProposalCreateSerializer(ScopedModelSerializer):
 
 
 class DecisionSerializer(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class TrafficShiftEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TrafficShiftEvent
+        fields = ["at", "from_phase", "to_phase", "step", "actor_name", "channel", "comment", "data"]
+
+
+class TrafficShiftSerializer(serializers.ModelSerializer):
+    from_pool_name = serializers.CharField(source="from_pool.__str__", read_only=True)
+    to_pool_name = serializers.CharField(source="to_pool.__str__", read_only=True)
+    share_percent = serializers.IntegerField(read_only=True, help_text="The receiving backend's share now, in percent.")
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    events = TrafficShiftEventSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = TrafficShift
+        fields = [
+            "id", "cluster", "from_pool", "from_pool_name", "to_pool", "to_pool_name", "router_kind", "route_namespace",
+            "route_name", "from_backend", "to_backend", "steps", "hold_s", "max_p95_s", "max_error_rate",
+            "failure_threshold", "no_data_deadline_s", "gated_steps", "phase", "step", "share_percent", "good_step",
+            "rollback_step", "approved_step", "step_since", "failed_checks", "no_data_since", "start_weights",
+            "planned_weights", "current_weights", "last_check", "last_error", "created_by", "created_channel",
+            "created_at", "finished_at", "events",
+        ]
+        read_only_fields = fields
+
+
+class TrafficShiftCreateSerializer(ScopedModelSerializer):
+    """Move a route's traffic from one pool's backend to another's, in steps under a guard."""
+
+    steps = serializers.ListField(child=serializers.IntegerField(), required=False, default=list(shifting.DEFAULT_STEPS),
+                                  help_text="The receiving backend's share in percent at each step, rising.")
+    hold_s = serializers.FloatField(min_value=0, max_value=86400, default=shifting.DEFAULT_HOLD_S)
+    max_p95_s = serializers.FloatField(min_value=0.001, default=1.0)
+    max_error_rate = serializers.FloatField(min_value=0, max_value=1, default=0.01)
+    failure_threshold = serializers.IntegerField(min_value=1, max_value=100, default=shifting.DEFAULT_FAILURE_THRESHOLD)
+    no_data_deadline_s = serializers.FloatField(min_value=0, max_value=86400,
+                                                default=shifting.DEFAULT_NO_DATA_DEADLINE_S)
+    gated_steps = serializers.ListField(child=serializers.IntegerField(), required=False, default=list,
+                                        help_text="Step numbers (from 1) that wait for a person's approval.")
+    idempotency_key = serializers.CharField(required=False, max_length=100)
+
+    class Meta:
+        model = TrafficShift
+        fields = ["from_pool", "to_pool", "router_kind", "steps", "hold_s", "max_p95_s", "max_error_rate",
+                  "failure_threshold", "no_data_deadline_s", "gated_steps", "idempotency_key"]
+        validators: list = []  # a key already used for the pool answers with its shift (the service)
+
+    def validate(self, attrs):  # noqa: ANN001, ANN201
+        return attrs  # the service checks the pools, the route and the steps against each other
+
+
+class ShiftActionSerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import django_filters
+from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -9,9 +11,10 @@ from rest_framework.response import Response
 from controlplane import permissions, services as core
 from controlplane.api.views import PoolChildFilter
 from controlplane.choices import Channel, Role
-from scaling import services
+from scaling import services, traffic
 from scaling.api import serializers
-from scaling.models import Proposal
+from scaling.choices import SHIFT_ACTIVE_PHASES
+from scaling.models import Proposal, TrafficShift
 
 
 class ProposalFilter(PoolChildFilter):
@@ -86,3 +89,87 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
             current = Proposal.objects.get(pk=proposal.pk)
             raise services.ProposalConflict(current, f"Proposal #{current.pk} is {current.state}: nothing to execute.")
         return Response(serializers.ProposalSerializer(self.get_queryset().get(pk=proposal.pk)).data)
+
+
+class TrafficShiftFilter(django_filters.FilterSet):
+    pool = django_filters.NumberFilter(method="filter_pool", label="Shifts to or from this pool")
+    active = django_filters.BooleanFilter(method="filter_active", label="Only shifts still under way")
+
+    class Meta:
+        model = TrafficShift
+        fields = ["phase", "cluster", "to_pool", "from_pool", "route_name"]
+
+    def filter_pool(self, queryset, name, value):  # noqa: ANN001, ANN201
+        return queryset.filter(Q(to_pool=value) | Q(from_pool=value))
+
+    def filter_active(self, queryset, name, value):  # noqa: ANN001, ANN201
+        active = Q(phase__in=list(SHIFT_ACTIVE_PHASES))
+        return queryset.filter(active if value else ~active)
+
+
+class TrafficShiftViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                          viewsets.GenericViewSet):
+    """Traffic shifts: operators start, pause, resume, roll back and approve gated steps; viewers read."""
+
+    queryset = TrafficShift.objects.select_related("cluster", "from_pool__cluster", "to_pool__cluster",
+                                                   "to_pool__team", "created_by").prefetch_related("events")
+    serializer_class = serializers.TrafficShiftSerializer
+    filterset_class = TrafficShiftFilter
+    action_roles = {"create": Role.OPERATOR, "pause": Role.OPERATOR, "resume": Role.OPERATOR,
+                    "rollback": Role.OPERATOR, "approve": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def get_serializer_class(self):  # noqa: ANN201
+        return serializers.TrafficShiftCreateSerializer if self.action == "create" else super().get_serializer_class()
+
+    @property
+    def actor(self) -> core.Actor:
+        return core.Actor.from_request(self.request, Channel.API)
+
+    def _answer(self, shift: TrafficShift, code: int = status.HTTP_200_OK) -> Response:
+        return Response(serializers.TrafficShiftSerializer(self.get_queryset().get(pk=shift.pk)).data, status=code)
+
+    @extend_schema(request=serializers.TrafficShiftCreateSerializer, responses={201: serializers.TrafficShiftSerializer})
+    def create(self, request, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+        """Start a shift (pending; the next 15-s tick writes its first step). 400 names the field at fault;
+        409 when another shift is moving traffic on the route; 503 when the route cannot be read."""
+        incoming = self.get_serializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = dict(incoming.validated_data)
+        for field in ("from_pool", "to_pool"):
+            pool = data[field]
+            core.check_may_change(request.user, pool.team, pool.cluster, Role.OPERATOR, field=field)
+        shift = traffic.start(data.pop("from_pool"), data.pop("to_pool"), self.actor, **data)
+        return self._answer(shift, status.HTTP_201_CREATED)
+
+    def _act(self, request, act) -> Response:  # noqa: ANN001
+        shift = self.get_object()  # 404 when invisible; object permission checks the role
+        comment = serializers.ShiftActionSerializer(data=request.data)
+        comment.is_valid(raise_exception=True)
+        return self._answer(act(shift.pk, self.actor, comment.validated_data["comment"]))
+
+    @extend_schema(request=serializers.ShiftActionSerializer, responses=serializers.TrafficShiftSerializer)
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Move no further (the guard still watches and may roll back); 409 unless pending, holding or waiting."""
+        return self._act(request, traffic.pause)
+
+    @extend_schema(request=serializers.ShiftActionSerializer, responses=serializers.TrafficShiftSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Go on from where it paused (the current step's hold starts again); 409 unless paused."""
+        return self._act(request, traffic.resume)
+
+    @extend_schema(request=serializers.ShiftActionSerializer, responses=serializers.TrafficShiftSerializer)
+    @action(detail=True, methods=["post"])
+    def rollback(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Restore the weights the shift started from, now; 409 when it has ended."""
+        return self._act(request, traffic.rollback)
+
+    @extend_schema(request=serializers.ShiftActionSerializer, responses=serializers.TrafficShiftSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Approve the gated step the shift waits for; 409 when none waits."""
+        return self._act(request, traffic.approve)

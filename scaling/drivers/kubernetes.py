@@ -66,27 +66,32 @@ class KubeCredentials:
         return f"KubeCredentials(token={'***' if self.token else None}, kubeconfig={self.kubeconfig!r})"
 
 
+def api_client(api_url: str, credentials: KubeCredentials | None = None, verify_tls: bool = True) -> client.ApiClient:
+    """A client for one cluster's API server: its address, with the credentials' user and TLS settings."""
+    credentials = credentials or KubeCredentials()
+    configuration = client.Configuration()
+    if credentials.kubeconfig:
+        try:
+            kube_config.load_kube_config(config_file=credentials.kubeconfig, client_configuration=configuration,
+                                         persist_config=False)
+        except (ConfigException, OSError, ValueError) as exc:
+            raise DriverError(f"kubeconfig {credentials.kubeconfig}: {exc}", permanent=True) from None
+    # The cluster's own address wins: the kubeconfig lends its user and TLS settings.
+    configuration.host = api_url.rstrip("/")
+    configuration.verify_ssl = verify_tls
+    configuration.retries = 0  # retries are ours and bounded, never hidden in urllib3
+    if credentials.token:
+        configuration.api_key = {"BearerToken": credentials.token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    if credentials.ca_file:
+        configuration.ssl_ca_cert = credentials.ca_file
+    return client.ApiClient(configuration)
+
+
 class KubernetesDriver:
     def __init__(self, api_url: str, *, credentials: KubeCredentials | None = None, timeout_s: float = 10.0,
                  verify_tls: bool = True):
-        credentials = credentials or KubeCredentials()
-        configuration = client.Configuration()
-        if credentials.kubeconfig:
-            try:
-                kube_config.load_kube_config(config_file=credentials.kubeconfig, client_configuration=configuration,
-                                             persist_config=False)
-            except (ConfigException, OSError, ValueError) as exc:
-                raise DriverError(f"kubeconfig {credentials.kubeconfig}: {exc}", permanent=True) from None
-        # The cluster's own address wins: the kubeconfig lends its user and TLS settings.
-        configuration.host = api_url.rstrip("/")
-        configuration.verify_ssl = verify_tls
-        configuration.retries = 0  # retries are ours and bounded, never hidden in urllib3
-        if credentials.token:
-            configuration.api_key = {"BearerToken": credentials.token}
-            configuration.api_key_prefix = {"BearerToken": "Bearer"}
-        if credentials.ca_file:
-            configuration.ssl_ca_cert = credentials.ca_file
-        self._api_client = client.ApiClient(configuration)
+        self._api_client = api_client(api_url, credentials, verify_tls)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
         self._core = client.CoreV1Api(self._api_client)

@@ -10,6 +10,8 @@ from controlplane.choices import ScalingTarget
 from controlplane.models import Cluster, Pool
 from scaling.drivers.cluster import ClusterDriver, DriverError, Workload
 from scaling.drivers.kubernetes import KubeCredentials, KubernetesDriver
+from scaling.drivers.routers import HTTPRouteRouter, VirtualServiceRouter
+from scaling.drivers.routing import Router
 
 # Where Kubernetes mounts a pod's service account (Headroom's own, when it runs in the cluster).
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -42,11 +44,22 @@ def credentials(cluster: Cluster) -> KubeCredentials:
     return KubeCredentials()
 
 
-def cluster_driver(cluster: Cluster) -> ClusterDriver:
+# The route kinds Headroom moves traffic on (scaling.choices.RouterKind names them).
+ROUTERS: dict[str, type[HTTPRouteRouter] | type[VirtualServiceRouter]] = {
+    "httproute": HTTPRouteRouter,
+    "virtualservice": VirtualServiceRouter,
+}
+
+
+def _check_enabled() -> None:
     if not settings.KUBERNETES_ENABLED:
         raise DriverError(
             "the Kubernetes integration is off (set KUBERNETES_ENABLED=true to act on clusters)", permanent=True
         )
+
+
+def cluster_driver(cluster: Cluster) -> ClusterDriver:
+    _check_enabled()
     return KubernetesDriver(cluster.kube_api_url, credentials=credentials(cluster),
                             timeout_s=settings.KUBERNETES_TIMEOUT_S)
 
@@ -54,3 +67,11 @@ def cluster_driver(cluster: Cluster) -> ClusterDriver:
 def workload_of(pool: Pool) -> Workload:
     scaled_object = pool.scaled_object if pool.scaling_target == ScalingTarget.KEDA else ""
     return Workload(namespace=pool.namespace, deployment=pool.deployment, scaled_object=scaled_object)
+
+
+def route_router(cluster: Cluster, kind: str) -> Router:
+    """The Router for a route of `kind` in `cluster`."""
+    _check_enabled()
+    if kind not in ROUTERS:
+        raise DriverError(f"no router for route kind {kind!r}; known: {', '.join(sorted(ROUTERS))}", permanent=True)
+    return ROUTERS[kind](cluster.kube_api_url, credentials=credentials(cluster), timeout_s=settings.KUBERNETES_TIMEOUT_S)

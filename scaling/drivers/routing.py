@@ -1,0 +1,82 @@
+"""The Router port: read a route's backend weights and change them (design.md §3, §7).
+
+Backends live beside it (`scaling/drivers/routers.py`); `scaling/drivers/registry.py` picks one by
+the route's kind. A write names the weights it may start from (`WeightPremise`): a worker that died
+after its write finds the target already there and writes nothing, and a route someone else changed
+in between is left alone.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from scaling.drivers.cluster import DriverError
+from scaling.engine.shifting import WeightScheme
+
+
+@dataclass(frozen=True)
+class RouteRef:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class RouteWeights:
+    """A route's weights (backend → weight, in the route's own units) at one resourceVersion."""
+
+    weights: dict[str, int]
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class WeightPremise:
+    """The weights a change was decided from: the backends it changes may hold any of `accepted`.
+
+    `still_wanted`, when given, is asked before each write attempt whether the change is still the
+    one to make (the shift may have been rolled back meanwhile); it answers why not, or None.
+    """
+
+    accepted: tuple[Mapping[str, int], ...]
+    still_wanted: Callable[[], str | None] | None = None
+
+    def refusal(self, live: Mapping[str, int], target: Mapping[str, int]) -> str | None:
+        """Why writing `target` onto `live` would not be the decided change (None: it would)."""
+        if self.still_wanted is not None and (reason := self.still_wanted()) is not None:
+            return reason
+        mine = {backend: live.get(backend) for backend in target}
+        allowed = [dict(target)] + [{backend: weights.get(backend) for backend in target} for weights in self.accepted]
+        if mine in allowed:
+            return None
+        return f"the route's weights changed under the shift: {mine} is none of the weights it moved between"
+
+
+@dataclass(frozen=True)
+class WeightOutcome:
+    previous: dict[str, int]
+    weights: dict[str, int]  # as read back after the write
+    wrote: bool  # False when the route already had the target (an idempotent re-run)
+    conflicts: int = 0  # 409s re-read on the way
+    resource_version: str = ""
+
+
+class RoutePremiseChanged(DriverError):
+    """The live weights no longer fit the shift: nothing was written."""
+
+    def __init__(self, live: Mapping[str, int], reason: str) -> None:
+        super().__init__(reason, permanent=True)
+        self.live = dict(live)
+
+
+class Router(Protocol):
+    scheme: WeightScheme
+
+    def read(self, route: RouteRef, backends: set[str] | None = None) -> RouteWeights:
+        """The weights of the route's rule that names one of `backends` (the first weighted rule for None)."""
+        ...
+
+    def set_weights(self, route: RouteRef, target: Mapping[str, int], premise: WeightPremise) -> WeightOutcome:
+        """Set the named backends' weights (the others keep theirs) after validating the route's full
+        weights; re-check the premise on each read (also after each 409); read back what was written."""
+        ...
+
