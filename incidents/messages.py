@@ -8,7 +8,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from incidents import rules
-from incidents.choices import AlertState, NotificationKind
+from incidents.choices import AlertState, IncidentState, NotificationKind
 from incidents.models import Alert
 from scaling.choices import ProposalState
 from scaling.models import Proposal
@@ -93,12 +93,21 @@ class AlertFacts:
     resolved_at: datetime | None
     others_active: list[str]  # the rest of the pool's group, e.g. "P1 queue_growth"
     url: str
+    incident_id: int | None = None  # the incident a P0/P1 firing opened or joined
+    incident_state: str = ""
+    incident_url: str = ""
+
+    @property
+    def awaits_acknowledgement(self) -> bool:
+        """Slack shows an Acknowledge button while the incident is open and the alert still firing."""
+        return self.incident_id is not None and self.incident_state == IncidentState.OPEN and self.firing
 
 
 def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:
     """The alert as it is now, with the other active alerts of its group (its pool). A message's kind
     says which news it carries: a firing message sent late still says firing."""
     rule = rules.RULES.get(alert.rule)
+    incident = alert.incident
     group = Alert.objects.filter(state=AlertState.FIRING, team_id=alert.team_id).exclude(pk=alert.pk)
     group = group.filter(pool_id=alert.pool_id) if alert.pool_id else group.filter(cluster_id=alert.cluster_id, pool=None)
     return AlertFacts(
@@ -108,4 +117,6 @@ def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:
         started_at=alert.started_at, fired_at=alert.fired_at, resolved_at=alert.resolved_at,
         others_active=[f"{tier} {key}" for tier, key in group.order_by("tier", "rule").values_list("tier", "rule")],
         url=settings.SITE_URL.rstrip("/") + reverse("incidents:alerts") + f"#alert-{alert.pk}",
+        incident_id=incident.pk if incident else None, incident_state=incident.state if incident else "",
+        incident_url=settings.SITE_URL.rstrip("/") + reverse("incidents:incident-detail", args=[incident.pk]) if incident else "",
     )

@@ -1,5 +1,6 @@
 """Slack incoming webhooks: one Block Kit message per proposal, edited in place through response_url;
-one message when an alert fires and one when it resolves."""
+one message when an alert fires (with an Acknowledge button while its incident is open) and one when it
+resolves."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -35,9 +36,14 @@ def action_block_id(proposal_id: int, channel_id: int) -> str:
     return f"proposal:{proposal_id}:channel:{channel_id}"
 
 
+def incident_block_id(incident_id: int, channel_id: int) -> str:
+    return f"incident:{incident_id}:channel:{channel_id}"
+
+
 def parse_block_id(block_id: str) -> int | None:
+    """The channel named in a proposal's or an incident's action block."""
     parts = block_id.split(":")
-    if len(parts) == 4 and parts[0] == "proposal" and parts[2] == "channel" and parts[3].isdigit():
+    if len(parts) == 4 and parts[0] in ("proposal", "incident") and parts[2] == "channel" and parts[3].isdigit():
         return int(parts[3])
     return None
 
@@ -64,11 +70,17 @@ def proposal_message(facts: ProposalFacts, channel_id: int, *, reminder: bool = 
     }
 
 
-def alert_message(facts: AlertFacts) -> dict[str, Any]:
+def alert_message(facts: AlertFacts, channel_id: int) -> dict[str, Any]:
     blocks: list[Block] = [
         SectionBlock(text=MarkdownTextObject(text=render("slack/alert.txt", facts=facts))),
         ContextBlock(elements=[MarkdownTextObject(text=render("slack/alert_context.txt", facts=facts))]),
     ]
+    if facts.awaits_acknowledgement:
+        blocks.append(ActionsBlock(block_id=incident_block_id(facts.incident_id, channel_id), elements=[  # type: ignore[arg-type]
+            ButtonElement(text=f"Acknowledge incident #{facts.incident_id}", action_id="acknowledge_incident",
+                          value=str(facts.incident_id), style="primary"),
+            ButtonElement(text="Open incident", action_id="open_incident", url=facts.incident_url),
+        ]))
     return {"text": render("slack/alert_fallback.txt", facts=facts), "blocks": [block.to_dict() for block in blocks]}
 
 
@@ -80,7 +92,7 @@ class SlackTransport(Transport):
     def notify(self, notification: Notification) -> None:
         kind = notification.kind
         if notification.alert is not None:
-            self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind)))
+            self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind), self.channel.pk))
             return
         if kind == NotificationKind.REPLY:
             reply = {"response_type": "ephemeral", "replace_original": False, "text": notification.text}
