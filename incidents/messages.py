@@ -118,5 +118,5 @@ def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:
         others_active=[f"{tier} {key}" for tier, key in group.order_by("tier", "rule").values_list("tier", "rule")],
         url=settings.SITE_URL.rstrip("/") + reverse("incidents:alerts") + f"#alert-{alert.pk}",
         incident_id=incident.pk if incident else None, incident_state=incident.state if incident else "",
-        incident_url=settings.SITE_URL.rstrip("/") + reverse("incidents:incident-detail", args=[incident.pk]) if incident else "",
+        incident_url=settings.SITE_URL.rstrip("/") + reverse("incidents:incident-view", args=[incident.pk]) if incident else "",
     )

@@ -86,7 +86,7 @@ def _actor(name: str) -> str:
 
 @source
 def incident_events(incident: Incident, span: Window) -> Iterable[Entry]:
-    url = reverse("incidents:incident-detail", args=[incident.pk])
+    url = reverse("incidents:incident-view", args=[incident.pk])
     for event in incident.events.select_related("alert"):
         title = {
             "opened": f"Incident opened ({incident.severity}) by alert #{event.alert_id}",

@@ -177,7 +177,7 @@ def _answer(request: HttpRequest, incident: Incident, error: str = "", status: i
         return render(request, "incidents/_incident_live.html", context)
     if error:
         return HttpResponse(error, status=status, content_type="text/plain")
-    return redirect("incidents:incident-detail", pk=incident.pk)
+    return redirect("incidents:incident-view", pk=incident.pk)
 
 
 @login_required
