@@ -39,12 +39,15 @@ class SlackOutcome(models.TextChoices):
     FORBIDDEN = "forbidden", "Not allowed"
     CONFLICT = "conflict", "Already decided"
     ACKNOWLEDGED = "acknowledged", "Incident acknowledged"
+    MITIGATED = "mitigated", "Incident mitigated"
+    RESOLVED = "resolved", "Incident resolved"
     IGNORED = "ignored", "Not an action Headroom knows"
 
 
 SLACK_ACTIONS = {"approve_proposal": "approve", "reject_proposal": "reject"}
-# Buttons on the alert messages of an incident that nobody acknowledged yet.
-SLACK_INCIDENT_ACTIONS = {"acknowledge_incident": "acknowledge"}
+# Buttons on the alert messages of an active incident.
+SLACK_INCIDENT_ACTIONS = {"acknowledge_incident": "acknowledge", "mitigate_incident": "mitigate",
+                          "resolve_incident": "resolve"}
 
 
 class AlertTier(models.TextChoices):

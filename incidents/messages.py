@@ -8,7 +8,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from incidents import rules
-from incidents.choices import AlertState, IncidentState, NotificationKind
+from incidents.choices import INCIDENT_TRANSITIONS, AlertState, IncidentState, NotificationKind
 from incidents.models import Alert
 from scaling.choices import ProposalState
 from scaling.models import Proposal
@@ -75,6 +75,9 @@ def proposal_facts(proposal: Proposal) -> ProposalFacts:
     )
 
 
+INCIDENT_ORDER = list(IncidentState)
+
+
 @dataclass(frozen=True)
 class AlertFacts:
     id: int
@@ -98,9 +101,11 @@ class AlertFacts:
     incident_url: str = ""
 
     @property
-    def awaits_acknowledgement(self) -> bool:
-        """Slack shows an Acknowledge button while the incident is open and the alert still firing."""
-        return self.incident_id is not None and self.incident_state == IncidentState.OPEN and self.firing
+    def incident_actions(self) -> list[str]:
+        """The moves a firing alert's message offers for its incident, as its state allows them now."""
+        if self.incident_id is None or not self.firing:
+            return []
+        return sorted(INCIDENT_TRANSITIONS.get(self.incident_state, frozenset()), key=INCIDENT_ORDER.index)
 
 
 def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:

@@ -120,22 +120,31 @@ def _actor(click: Click, request_id: str) -> core.Actor | str:
     return core.Actor(user=identity.user, channel=ActorChannel.SLACK, request_id=request_id)
 
 
+INCIDENT_MOVES = {"acknowledge": (incidents.acknowledge, SlackOutcome.ACKNOWLEDGED),
+                  "mitigate": (incidents.mitigate, SlackOutcome.MITIGATED),
+                  "resolve": (incidents.resolve, SlackOutcome.RESOLVED)}
+
+
 def _decide_incident(click: Click, request_id: str) -> tuple[str, str]:
-    """Acknowledge an incident: the same service, rights and answers as the browser and the API."""
+    """Acknowledge, mitigate or resolve an incident: the same service, rights and answers as the browser and API."""
     actor = _actor(click, request_id)
     if isinstance(actor, str):
         return SlackOutcome.UNLINKED, actor
+    move, outcome = INCIDENT_MOVES[SLACK_INCIDENT_ACTIONS[click.action_id]]
     try:
-        done = incidents.acknowledge(click.incident_id, actor)  # type: ignore[arg-type]
+        done = move(click.incident_id, actor)  # type: ignore[arg-type]
     except Incident.DoesNotExist:
         return SlackOutcome.IGNORED, f"Nothing changed: incident #{click.incident_id} does not exist."
     except core.AccessDenied as exc:
         return SlackOutcome.FORBIDDEN, f"Nothing changed: {exc}"
     except incidents.IncidentConflict as exc:
         return SlackOutcome.CONFLICT, f"Nothing changed: {exc}"
+    incident = done.incident
     if not done.changed:
-        return SlackOutcome.CONFLICT, f"Incident #{click.incident_id} is already acknowledged by you."
-    return SlackOutcome.ACKNOWLEDGED, f"Incident #{click.incident_id} acknowledged: you are its commander."
+        return SlackOutcome.CONFLICT, f"Incident #{incident.pk} is already acknowledged by you."
+    commander = incident.commander.get_username() if incident.commander else "nobody"
+    lead = "you are its commander" if incident.commander == actor.user else f"{commander} is its commander"
+    return outcome, f"Incident #{incident.pk} {incident.state}: {lead}."
 
 
 def _decide(click: Click, request_id: str) -> tuple[str, str]:

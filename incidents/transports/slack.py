@@ -1,6 +1,6 @@
 """Slack incoming webhooks: one Block Kit message per proposal, edited in place through response_url;
-one message when an alert fires (with an Acknowledge button while its incident is open) and one when it
-resolves."""
+one message when an alert fires (with its incident's buttons: acknowledge, mitigate, resolve) and one when
+it resolves."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -11,6 +11,7 @@ from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
     ButtonElement,
+    ConfirmObject,
     ContextBlock,
     HeaderBlock,
     MarkdownTextObject,
@@ -18,7 +19,7 @@ from slack_sdk.models.blocks import (
 )
 
 from incidents import outbound
-from incidents.choices import NotificationKind
+from incidents.choices import IncidentState, NotificationKind
 from incidents.messages import AlertFacts, ProposalFacts, alert_facts, proposal_facts
 from incidents.models import Notification, SlackMessage
 from incidents.specs import SlackSpec
@@ -70,17 +71,31 @@ def proposal_message(facts: ProposalFacts, channel_id: int, *, reminder: bool = 
     }
 
 
+def incident_buttons(facts: AlertFacts) -> list[ButtonElement]:
+    """Acknowledge, mark mitigated, resolve (asking to confirm: it is final), and a link to the incident page."""
+    value = str(facts.incident_id)
+    buttons = []
+    for state in facts.incident_actions:
+        if state == IncidentState.ACKNOWLEDGED:
+            buttons.append(ButtonElement(text=f"Acknowledge incident #{value}", action_id="acknowledge_incident",
+                                         value=value, style="primary"))
+        elif state == IncidentState.MITIGATED:
+            buttons.append(ButtonElement(text="Mark mitigated", action_id="mitigate_incident", value=value))
+        elif state == IncidentState.RESOLVED:
+            buttons.append(ButtonElement(text="Resolve", action_id="resolve_incident", value=value, confirm=ConfirmObject(
+                title="Resolve the incident?", text=f"Incident #{value} will be closed; a new firing opens a new one.",
+                confirm="Resolve", deny="Cancel")))
+    return buttons + [ButtonElement(text="Open incident", action_id="open_incident", url=facts.incident_url)]
+
+
 def alert_message(facts: AlertFacts, channel_id: int) -> dict[str, Any]:
     blocks: list[Block] = [
         SectionBlock(text=MarkdownTextObject(text=render("slack/alert.txt", facts=facts))),
         ContextBlock(elements=[MarkdownTextObject(text=render("slack/alert_context.txt", facts=facts))]),
     ]
-    if facts.awaits_acknowledgement:
-        blocks.append(ActionsBlock(block_id=incident_block_id(facts.incident_id, channel_id), elements=[  # type: ignore[arg-type]
-            ButtonElement(text=f"Acknowledge incident #{facts.incident_id}", action_id="acknowledge_incident",
-                          value=str(facts.incident_id), style="primary"),
-            ButtonElement(text="Open incident", action_id="open_incident", url=facts.incident_url),
-        ]))
+    if facts.incident_actions:
+        blocks.append(ActionsBlock(block_id=incident_block_id(facts.incident_id, channel_id),  # type: ignore[arg-type]
+                                   elements=incident_buttons(facts)))
     return {"text": render("slack/alert_fallback.txt", facts=facts), "blocks": [block.to_dict() for block in blocks]}
 
 

@@ -17,12 +17,12 @@ RESPONSE = "/actions/T1/9/response"
 
 
 def ack_payload(incident: Incident, channel: Channel, slack_user_id: str, response_url: str,
-                action_ts: str = "1764480000.000100") -> dict:
+                action_ts: str = "1764480000.000100", action_id: str = "acknowledge_incident") -> dict:
     return {
         "type": "block_actions", "trigger_id": f"trigger-{action_ts}",
         "user": {"id": slack_user_id, "username": slack_user_id.lower(), "team_id": "T1"}, "team": {"id": "T1"},
         "response_url": response_url,
-        "actions": [{"type": "button", "action_id": "acknowledge_incident", "value": str(incident.pk),
+        "actions": [{"type": "button", "action_id": action_id, "value": str(incident.pk),
                      "action_ts": action_ts, "block_id": f"incident:{incident.pk}:channel:{channel.pk}"}],
     }
 
@@ -41,7 +41,10 @@ def test_the_alert_message_carries_an_acknowledge_button_while_the_incident_is_o
     button = actions["elements"][0]
     assert (button["action_id"], button["value"], button["text"]["text"]) == (
         "acknowledge_incident", str(incident.pk), f"Acknowledge incident #{incident.pk}")
-    assert actions["elements"][1]["url"] == f"https://headroom.example/incidents/{incident.pk}/"
+    assert [b["action_id"] for b in actions["elements"]] == [
+        "acknowledge_incident", "mitigate_incident", "resolve_incident", "open_incident"]
+    assert actions["elements"][2]["confirm"]["title"]["text"] == "Resolve the incident?"  # final: asks first
+    assert actions["elements"][-1]["url"] == f"https://headroom.example/incidents/{incident.pk}/"
     assert f"incident #{incident.pk}> (open)" in str(posted.json()["blocks"])
 
 
@@ -109,3 +112,19 @@ def test_an_unsigned_click_is_refused(client, pool: Pool, alice: User, slack_cha
     assert answer.status_code == 401
     incident.refresh_from_db()
     assert incident.state == IncidentState.OPEN
+
+
+def test_an_operator_resolves_from_slack_and_a_later_message_offers_no_buttons(
+        client, pool: Pool, alice: User, bob: User, slack_channel: Channel, receiver: Receiver,  # noqa: ANN001
+        django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+    fire_ttft_p95(pool)
+    incident = Incident.objects.get()
+    link(bob, "UBOB")
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_post(client, ack_payload(incident, slack_channel, "UBOB", receiver.url(RESPONSE),
+                                        action_id="resolve_incident"))
+    incident.refresh_from_db()
+    assert (incident.state, incident.commander) == (IncidentState.RESOLVED, None)
+    assert list(incident.events.filter(kind="resolved").values_list("actor_name", "channel")) == [("bob", "slack")]
+    assert replies(receiver) == [f"Incident #{incident.pk} resolved: nobody is its commander."]
+    assert SlackInteraction.objects.get().outcome == SlackOutcome.RESOLVED
