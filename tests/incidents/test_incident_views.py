@@ -145,3 +145,9 @@ def test_a_system_incident_renders_without_pool_charts(client, pool: Pool, bob: 
     client.force_login(bob)
     page = client.get(f"/incidents/{incident.pk}/").content.decode()
     assert "gpu-us-east (control loop)" in page and "A system incident" in page and "<svg" not in page
+
+
+def test_the_alerts_page_links_each_alert_to_its_incident(client, incident: Incident, alice: User) -> None:  # noqa: ANN001
+    client.force_login(alice)
+    page = client.get("/alerts/").content.decode()
+    assert f'<a href="/incidents/{incident.pk}/">incident #{incident.pk}</a>' in page
