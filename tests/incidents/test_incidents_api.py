@@ -117,3 +117,24 @@ def test_the_schema_documents_the_incident_endpoints(client, bob: User) -> None:
                  "/api/v1/incidents/{id}/notes/", "/api/v1/incidents/{id}/postmortem/"):
         assert path in paths, path
     assert set(paths["/api/v1/incidents/{id}/acknowledge/"]["post"]["responses"]) >= {"200", "400", "403", "409"}
+
+
+def test_the_list_costs_the_same_queries_for_more_incidents(pool: Pool, alice: User,
+                                                            django_assert_max_num_queries) -> None:  # noqa: ANN001
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    client = token_client(alice)
+    fire_ttft_p95(pool)
+    client.get(URL)  # warm up the token's last-used write
+    with django_assert_max_num_queries(8) as one:
+        assert len(client.get(URL).json()["results"]) == 1
+    for pool_index in range(3):
+        other = Pool.objects.create(cluster=pool.cluster, team=pool.team, name=f"p{pool_index}", namespace="inference",
+                                    deployment=f"d{pool_index}", model_name="m", gpu_type="H100", min_replicas=1,
+                                    max_replicas=4)
+        Incident.objects.create(team=pool.team, cluster=pool.cluster, pool=other, title="t", severity="P1",
+                                opened_at=timezone.now() - timedelta(minutes=pool_index))
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        assert len(client.get(URL).json()["results"]) == 4
