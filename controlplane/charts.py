@@ -246,12 +246,16 @@ def time_chart(
                 parts.append(format_html('<polyline class="line tone-{}{}" points="{}"/>', line.tone,
                                          " dashed" if line.dashed else "", coordinates))
     shown_markers = [m for m in sorted(markers, key=lambda m: m.at) if inside(m.at)]
+    label_ys: list[tuple[float, int]] = []  # (x, row) of labels drawn: close markers stack their numbers
     for number, marker in enumerate(shown_markers, start=1):
         x = x_of(marker.at)
+        row = sum(1 for drawn_x, _ in label_ys if abs(drawn_x - x) < 9)
+        label_ys.append((x, row))
         parts.append(format_html('<line class="marker tone-{tone}" x1="{x}" y1="{t}" x2="{x}" y2="{b}"/>'
                                  '<text class="marker-label tone-{tone}" x="{x}" y="{ty}" text-anchor="middle">{n}'
                                  '<title>{label}</title></text>',
-                                 tone=marker.tone, x=_n(x), t=top + 8, b=top + plot_h, ty=top + 7, n=number,
+                                 tone=marker.tone, x=_n(x), t=top + 8, b=top + plot_h, ty=top + 7 + 10 * min(row, 8),
+                                 n=number,
                                  label=f"{marker.at.astimezone(tz):%H:%M:%S} {marker.label}"))
 
     legend = _legend(lines, bands, thresholds, unit)

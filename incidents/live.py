@@ -153,8 +153,11 @@ def live_view(incident: Incident, entries: list[Entry], now: datetime | None = N
         "target_replicas")}
     ttft_slo, e2e_slo = _slo_s(pool, SloIndicator.TTFT_P95), _slo_s(pool, SloIndicator.E2E_P95)
     view.verdict = trend(series["ttft_p95_s"], series["queue_depth"], ttft_slo, end)
-    view.doing = _doing(incident, memory, now)
-    view.now_readings = _readings_now(memory)
+    if incident.active:
+        view.doing = _doing(incident, memory, now)
+        view.now_readings = _readings_now(memory)
+    elif view.verdict.sentence:  # a resolved incident: how it stood at the end of its charts, nothing live
+        view.verdict = Verdict(view.verdict.direction, f"At {end:%H:%M} UTC: {view.verdict.sentence}")
     common = {"start": start, "end": end, "tz": tz, "markers": marks}
     thresholds = [Threshold("TTFT p95 SLO", ttft_slo, "red")] if ttft_slo is not None else []
     if e2e_slo is not None:

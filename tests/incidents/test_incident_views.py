@@ -151,3 +151,14 @@ def test_the_alerts_page_links_each_alert_to_its_incident(client, incident: Inci
     client.force_login(alice)
     page = client.get("/alerts/").content.decode()
     assert f'<a href="/incidents/{incident.pk}/">incident #{incident.pk}</a>' in page
+
+
+def test_a_resolved_incident_shows_how_it_ended_and_nothing_live(client, incident: Incident, alice: User) -> None:  # noqa: ANN001
+    from incidents import incidents
+
+    incidents.resolve(incident.pk, core.Actor(alice, ActorChannel.WEB))
+    client.force_login(alice)
+    page = client.get(f"/incidents/{incident.pk}/").content.decode()
+    assert "At " in page and "UTC: Getting worse" in page
+    assert "What Headroom is doing" not in page and "Now (not kept per tick)" not in page
+    assert ">Resolve</button>" not in page and page.count("<svg") == 4
