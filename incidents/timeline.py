@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from incidents.choices import NotificationState
-from incidents.models import AlertEvent, Incident, IncidentEvent, Notification
+from incidents.models import AlertEvent, Incident, Notification
 from scaling.choices import ProposalState
 from scaling.models import ProposalEvent
 
