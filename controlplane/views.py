@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from controlplane import forms, permissions, services
-from controlplane.charts import Series, line_chart
+from controlplane.charts import Line, time_chart
 from controlplane.choices import Channel, Role, SloIndicator
 from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
 
@@ -93,14 +93,20 @@ def fleet(request: HttpRequest) -> HttpResponse:
 def _live_context(pool: Pool) -> dict:
     """What the pool page polls: replicas, the planner's latest answer, the last 30 minutes charted."""
     samples = list(pool.samples.order_by("-at")[:120])[::-1]
-    capacity = [s.ready_replicas * pool.replica_capacity_rps if s.ready_replicas is not None else None for s in samples]
-    chart = line_chart([
-        Series("request rate", [s.request_rate_rps for s in samples], "expected"),
-        Series("ready capacity", capacity, "capacity"),
-    ], y_label="req/s, last 30 min") if samples else None
-    queue_chart = line_chart([Series("waiting requests", [s.queue_depth for s in samples], "upper")],
-                             height=90, y_label="queue") if samples else None
     planner = getattr(pool, "planner", None)
+    # Effective capacity: the planner's per-replica capacity corrected by observed latency, else the profile's.
+    per_replica = ((planner.last_decision or {}).get("capacity_per_replica_rps") if planner else None) \
+        or pool.replica_capacity_rps
+    capacity = [(s.at, s.ready_replicas * per_replica if s.ready_replicas is not None else None) for s in samples]
+    tz = pool.cluster.tz
+    chart = time_chart("Demand against effective capacity, last 30 min", "req/s", [
+        Line("arriving requests", [(s.at, s.request_rate_rps) for s in samples], "blue"),
+        Line("capacity of ready replicas", capacity, "green"),
+    ], tz=tz, note=f"capacity = ready replicas × {per_replica:.2f} req/s (the planner's corrected capacity)") \
+        if samples else None
+    queue_chart = time_chart("Requests waiting in the queue", "req",
+                             [Line("waiting requests", [(s.at, s.queue_depth) for s in samples], "orange")],
+                             tz=tz, height=150) if samples else None
     return {"pool": pool, "status": getattr(pool, "status", None), "decision": planner.last_decision if planner else None,
             "latest": samples[-1] if samples else None, "chart": chart, "queue_chart": queue_chart}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from incidents.models import Alert, Channel, Notification, Silence, SlackIdentity, SlackInteraction
+from incidents.models import Alert, Channel, Incident, Notification, Silence, SlackIdentity, SlackInteraction
 
 
 @admin.register(Channel)
@@ -41,3 +41,13 @@ class AlertAdmin(admin.ModelAdmin):
 @admin.register(Silence)
 class SilenceAdmin(admin.ModelAdmin):
     list_display = ["team", "matchers", "starts_at", "ends_at", "created_by", "comment"]
+
+
+@admin.register(Incident)
+class IncidentAdmin(admin.ModelAdmin):
+    """For inspection: states change through incidents/incidents.py (the page, the API, Slack)."""
+
+    list_display = ["id", "severity", "state", "pool", "cluster", "commander", "opened_at", "resolved_at"]
+    list_filter = ["state", "severity", "team"]
+    readonly_fields = ["team", "cluster", "pool", "severity", "state", "commander", "opened_at", "acknowledged_at",
+                       "mitigated_at", "resolved_at", "resolve_suggested_at"]

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.models import Cluster, Pool, Team
-from incidents import rules
+from incidents import incidents, rules
 from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState, NotificationKind, NotificationState
 from incidents.models import Alert, AlertEvent, Channel, Notification, Silence, SloSample
 from incidents.services import NotificationError, integration_enabled
@@ -214,12 +214,22 @@ def apply_verdicts(team: Team, cluster: Cluster, pool: Pool | None, verdicts: Se
             alert = _apply(team, cluster, pool, active.pop(verdict.fingerprint, None), verdict, now, result)
             if alert is not None:
                 _hold_back(alert, verdict.rule, warming, silences.get(team.pk, []), now)
+                _open_or_clear_incident(alert, now)
                 _notify(alert, pool, now, result)
         for orphan in active.values():  # its rule is gone (an SLO was deleted)
             if _transition(orphan, AlertState.RESOLVED if orphan.state == AlertState.FIRING else AlertState.CLEARED,
                            "the rule no longer exists", now):
                 result.changed[orphan.state].append(orphan.pk)
+                _open_or_clear_incident(orphan, now)
                 _notify(orphan, pool, now, result)
+
+
+def _open_or_clear_incident(alert: Alert, now: datetime) -> None:
+    """A firing P0/P1 alert opens or joins its pool's incident; a resolve may suggest closing it."""
+    if alert.state == AlertState.FIRING:
+        incidents.on_alert_firing(alert, now)
+    elif alert.state == AlertState.RESOLVED:
+        incidents.on_alert_resolved(alert, now)
 
 
 def _apply(team: Team, cluster: Cluster, pool: Pool | None, alert: Alert | None, verdict: rules.Verdict,

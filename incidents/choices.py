@@ -1,4 +1,4 @@
-"""Kinds and states for notification channels and their outbox, and for alerts."""
+"""Kinds and states for notification channels and their outbox, for alerts, and for incidents."""
 from django.db import models
 
 from incidents import rules
@@ -38,10 +38,16 @@ class SlackOutcome(models.TextChoices):
     UNLINKED = "unlinked", "Slack user not linked"
     FORBIDDEN = "forbidden", "Not allowed"
     CONFLICT = "conflict", "Already decided"
+    ACKNOWLEDGED = "acknowledged", "Incident acknowledged"
+    MITIGATED = "mitigated", "Incident mitigated"
+    RESOLVED = "resolved", "Incident resolved"
     IGNORED = "ignored", "Not an action Headroom knows"
 
 
 SLACK_ACTIONS = {"approve_proposal": "approve", "reject_proposal": "reject"}
+# Buttons on the alert messages of an active incident.
+SLACK_INCIDENT_ACTIONS = {"acknowledge_incident": "acknowledge", "mitigate_incident": "mitigate",
+                          "resolve_incident": "resolve"}
 
 
 class AlertTier(models.TextChoices):
@@ -66,3 +72,36 @@ ALERT_TRANSITIONS: dict[str, frozenset[str]] = {
     AlertState.PENDING: frozenset({AlertState.FIRING, AlertState.CLEARED}),
     AlertState.FIRING: frozenset({AlertState.RESOLVED}),
 }
+
+
+class IncidentState(models.TextChoices):
+    """design.md §5: an incident moves forward only; `resolved` is final (a new firing opens a new incident)."""
+
+    OPEN = "open", "Open"
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    MITIGATED = "mitigated", "Mitigated"
+    RESOLVED = "resolved", "Resolved"
+
+
+ACTIVE_INCIDENT_STATES = frozenset({IncidentState.OPEN, IncidentState.ACKNOWLEDGED, IncidentState.MITIGATED})
+INCIDENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    IncidentState.OPEN: frozenset({IncidentState.ACKNOWLEDGED, IncidentState.MITIGATED, IncidentState.RESOLVED}),
+    IncidentState.ACKNOWLEDGED: frozenset({IncidentState.MITIGATED, IncidentState.RESOLVED}),
+    IncidentState.MITIGATED: frozenset({IncidentState.RESOLVED}),
+}
+# The alert tiers that open (or join) an incident: P0 pages now, P1 needs someone within the hour.
+INCIDENT_TIERS = (AlertTier.P0, AlertTier.P1)
+
+
+class IncidentEventKind(models.TextChoices):
+    """What the incident itself records. Alert, proposal and notification history stays in their own
+    tables and is merged into the timeline (incidents/timeline.py)."""
+
+    OPENED = "opened", "Opened"
+    ALERT_JOINED = "alert_joined", "Alert joined"
+    SEVERITY = "severity", "Severity raised"
+    ACKNOWLEDGED = "acknowledged", "Acknowledged"
+    MITIGATED = "mitigated", "Mitigated"
+    RESOLVED = "resolved", "Resolved"
+    NOTE = "note", "Note"
+    RESOLVE_SUGGESTED = "resolve_suggested", "All alerts resolved"

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from incidents import rules
-from incidents.choices import AlertState, NotificationKind
+from incidents.choices import INCIDENT_TRANSITIONS, AlertState, IncidentState, NotificationKind
 from incidents.models import Alert
 from scaling.choices import ProposalState
 from scaling.models import Proposal
@@ -75,6 +75,9 @@ def proposal_facts(proposal: Proposal) -> ProposalFacts:
     )
 
 
+INCIDENT_ORDER = list(IncidentState)
+
+
 @dataclass(frozen=True)
 class AlertFacts:
     id: int
@@ -93,12 +96,23 @@ class AlertFacts:
     resolved_at: datetime | None
     others_active: list[str]  # the rest of the pool's group, e.g. "P1 queue_growth"
     url: str
+    incident_id: int | None = None  # the incident a P0/P1 firing opened or joined
+    incident_state: str = ""
+    incident_url: str = ""
+
+    @property
+    def incident_actions(self) -> list[str]:
+        """The moves a firing alert's message offers for its incident, as its state allows them now."""
+        if self.incident_id is None or not self.firing:
+            return []
+        return sorted(INCIDENT_TRANSITIONS.get(self.incident_state, frozenset()), key=INCIDENT_ORDER.index)
 
 
 def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:
     """The alert as it is now, with the other active alerts of its group (its pool). A message's kind
     says which news it carries: a firing message sent late still says firing."""
     rule = rules.RULES.get(alert.rule)
+    incident = alert.incident
     group = Alert.objects.filter(state=AlertState.FIRING, team_id=alert.team_id).exclude(pk=alert.pk)
     group = group.filter(pool_id=alert.pool_id) if alert.pool_id else group.filter(cluster_id=alert.cluster_id, pool=None)
     return AlertFacts(
@@ -108,4 +122,6 @@ def alert_facts(alert: Alert, kind: str = "") -> AlertFacts:
         started_at=alert.started_at, fired_at=alert.fired_at, resolved_at=alert.resolved_at,
         others_active=[f"{tier} {key}" for tier, key in group.order_by("tier", "rule").values_list("tier", "rule")],
         url=settings.SITE_URL.rstrip("/") + reverse("incidents:alerts") + f"#alert-{alert.pk}",
+        incident_id=incident.pk if incident else None, incident_state=incident.state if incident else "",
+        incident_url=settings.SITE_URL.rstrip("/") + reverse("incidents:incident-view", args=[incident.pk]) if incident else "",
     )

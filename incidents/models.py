@@ -1,5 +1,5 @@
 """Notification channels, the outbox of notifications, the Slack messages we posted, Slack links; alerts,
-their events, silences, and the per-tick SLO observations burn rates are computed from."""
+their events, silences, the per-tick SLO observations burn rates are computed from; incidents and their events."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -7,11 +7,15 @@ from django.db import models
 from django.db.models import Q
 
 from controlplane.models import SLO, Cluster, Pool, Team
+from controlplane.choices import Channel as ActorChannel
 from incidents.choices import (
     ACTIVE_ALERT_STATES,
+    ACTIVE_INCIDENT_STATES,
     AlertState,
     AlertTier,
     ChannelKind,
+    IncidentEventKind,
+    IncidentState,
     NotificationKind,
     NotificationState,
     SlackOutcome,
@@ -128,6 +132,7 @@ class SlackInteraction(models.Model):
     slack_user_id = models.CharField(max_length=32)
     action_id = models.CharField(max_length=64)
     proposal_id = models.BigIntegerField(null=True)
+    incident_id = models.BigIntegerField(null=True)
     outcome = models.CharField(max_length=16, choices=SlackOutcome.choices, default=SlackOutcome.RECEIVED)
     detail = models.TextField(blank=True)
     received_at = models.DateTimeField(auto_now_add=True)
@@ -188,6 +193,8 @@ class Alert(models.Model):
     inhibited_reason = models.TextField(blank=True)
     silenced_by = models.ForeignKey(Silence, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts")
     announced_at = models.DateTimeField(null=True, blank=True, help_text="When its firing message was queued.")
+    incident = models.ForeignKey("Incident", on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts",
+                                 help_text="The incident a P0/P1 firing opened or joined.")
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -238,3 +245,77 @@ class SloSample(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["slo", "at"], name="slosample_one_per_tick")]
+
+
+class Incident(models.Model):
+    """A P0/P1 situation on one pool (or, with no pool, the control loop of a cluster), from the first
+    firing alert to a person resolving it.
+
+    At most one active incident per pool (per cluster for system incidents): later alerts join it.
+    Only incidents/incidents.py writes `state`, each time with an IncidentEvent and an audit record.
+    """
+
+    team_lookups = ("team",)
+    cluster_lookup = "cluster"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="incidents")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="incidents")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="incidents",
+                             help_text="Empty for a system incident (the control loop of the cluster).")
+    title = models.CharField(max_length=200)
+    severity = models.CharField(max_length=2, choices=AlertTier.choices, help_text="The highest tier of its alerts.")
+    state = models.CharField(max_length=16, choices=IncidentState.choices, default=IncidentState.OPEN)
+    commander = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                  related_name="+", help_text="Who leads the response (the first to acknowledge).")
+    opened_at = models.DateTimeField()
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    mitigated_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolve_suggested_at = models.DateTimeField(null=True, blank=True,
+                                                help_text="When its last alert resolved; a person still resolves it.")
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool"], condition=Q(state__in=sorted(ACTIVE_INCIDENT_STATES), pool__isnull=False),
+                                    name="incident_one_active_per_pool"),
+            models.UniqueConstraint(fields=["cluster"], condition=Q(state__in=sorted(ACTIVE_INCIDENT_STATES), pool__isnull=True),
+                                    name="incident_one_active_system_per_cluster"),
+        ]
+        indexes = [models.Index(fields=["state", "opened_at"])]
+
+    def __str__(self) -> str:
+        return f"incident #{self.pk} {self.severity} {self.pool or self.cluster} ({self.state})"
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_INCIDENT_STATES
+
+    @property
+    def scope(self) -> str:
+        return str(self.pool) if self.pool_id else f"{self.cluster.name} (control loop)"
+
+
+class IncidentEvent(models.Model):
+    """What happened to the incident itself: opened, alerts joining, transitions, notes.
+
+    The rest of its timeline (alert transitions, proposals and approvals, notifications) lives in the
+    tables that own it and is merged on reading (incidents/timeline.py), so no fact is written twice.
+    """
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=20, choices=IncidentEventKind.choices)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    actor_name = models.CharField(max_length=150, default="auto:system")
+    channel = models.CharField(max_length=16, choices=ActorChannel.choices, default=ActorChannel.AUTO)
+    text = models.TextField(blank=True)
+    alert = models.ForeignKey(Alert, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"incident {self.incident_id}: {self.kind}"

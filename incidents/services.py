@@ -85,9 +85,10 @@ def _mutable(kind: str, edits_in_place: bool) -> bool:
     return kind != NotificationKind.UPDATE or not edits_in_place
 
 
-def enqueue(channel: Channel, proposal: Proposal, kind: str, now: datetime, event: ProposalEvent | None = None,
+def enqueue(channel: Channel, proposal: Proposal | None, kind: str, now: datetime, event: ProposalEvent | None = None,
             **fields: Any) -> Notification | None:
-    """Write one notification for `channel` (in the caller's transaction), or None when nothing is due."""
+    """Write one notification for `channel` (in the caller's transaction), or None when nothing is due.
+    A reply (to a click on an incident's button) may concern no proposal."""
     transport = transport_class(channel.kind)
     existing = Notification.objects.filter(channel=channel, proposal=proposal)
     if kind == NotificationKind.UPDATE and transport.coalesce_updates:

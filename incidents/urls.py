@@ -1,4 +1,4 @@
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from incidents import views
 
@@ -10,6 +10,14 @@ urlpatterns = [
     path("integrations/channels/new/", views.channel_create, name="channel-create"),
     path("integrations/channels/<int:pk>/enable/", views.channel_enable, name="channel-enable"),
     path("alerts/", views.alerts, name="alerts"),
+    path("incidents/", views.incident_list, name="incident-index"),
+    path("incidents/<int:pk>/", views.incident_detail, name="incident-view"),
+    path("incidents/<int:pk>/live/", views.incident_live, name="incident-live"),
+    path("incidents/<int:pk>/approvals/", views.incident_approvals, name="incident-approvals"),
+    path("incidents/<int:pk>/postmortem.md", views.incident_postmortem, name="incident-postmortem"),
+    path("incidents/<int:pk>/note/", views.incident_note, name="incident-note"),
+    re_path(r"^incidents/(?P<pk>[0-9]+)/(?P<verb>acknowledge|mitigate|resolve)/$", views.incident_act,
+            name="incident-act"),
     path("settings/", views.user_settings, name="user-settings"),
     # The app's REST resources sit beside the core ones under /api/v1/ (one router per app).
     path("api/v1/", include("incidents.api.urls")),

@@ -1,4 +1,5 @@
-"""Web views: Slack's interaction endpoint, the channels page, a user's Slack link, and the alerts list."""
+"""Web views: Slack's interaction endpoint, the channels page, a user's Slack link, the alerts list, and the
+incident pages (list, live view, actions, postmortem download)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -12,10 +13,11 @@ from django.views.decorators.http import require_POST
 
 from controlplane import permissions, services as core
 from controlplane.choices import Channel as ActorChannel, Role
-from incidents import services, slack
+from incidents import incidents, live, postmortem, services, slack, timeline
 from incidents.forms import ChannelForm, SlackLinkForm
-from incidents.choices import ACTIVE_ALERT_STATES, AlertState
-from incidents.models import Alert, Channel, Notification, Silence, SlackIdentity
+from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES, AlertState, IncidentState
+from incidents.models import Alert, Channel, Incident, Notification, Silence, SlackIdentity
+from scaling.choices import ProposalState
 
 
 @csrf_exempt
@@ -108,3 +110,105 @@ def alerts(request: HttpRequest) -> HttpResponse:
     silences = permissions.scoped(Silence.objects.select_related("team", "created_by"), request.user) \
         .filter(ends_at__gt=timezone.now())
     return render(request, "incidents/alerts.html", {"groups": groups, "recent": recent, "silences": silences})
+
+
+
+# --- incidents -------------------------------------------------------------------------------------
+
+
+def _visible_incidents(request: HttpRequest):  # noqa: ANN202
+    queryset = Incident.objects.select_related("team", "cluster", "pool", "commander").prefetch_related("pool__slos")
+    return permissions.scoped(queryset, request.user)
+
+
+@login_required
+def incident_list(request: HttpRequest) -> HttpResponse:
+    """Active incidents first (most severe, then newest), then the latest resolved ones."""
+    visible = _visible_incidents(request)
+    active = visible.filter(state__in=ACTIVE_INCIDENT_STATES).order_by("severity", "-opened_at")
+    recent = visible.filter(state=IncidentState.RESOLVED).order_by("-resolved_at")[:30]
+    return render(request, "incidents/incident_list.html", {"active": active, "recent": recent, "now": timezone.now()})
+
+
+def _live_context(request: HttpRequest, incident: Incident, error: str = "") -> dict:
+    now = timezone.now()
+    entries = timeline.timeline(incident, now)
+    return {
+        "incident": incident, "live": live.live_view(incident, entries, now), "entries": entries[::-1], "now": now,
+        "can_act": core.may_act_in(request.user, incident.team, incident.cluster, Role.OPERATOR), "error": error,
+    }
+
+
+@login_required
+def incident_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    context = _live_context(request, incident) | _approvals_context(request, incident)
+    return render(request, "incidents/incident_detail.html", context)
+
+
+@login_required
+def incident_live(request: HttpRequest, pk: int) -> HttpResponse:
+    """The part of the incident page that htmx refreshes: header, verdict, charts, timeline."""
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    return render(request, "incidents/_incident_live.html", _live_context(request, incident))
+
+
+@login_required
+def incident_approvals(request: HttpRequest, pk: int) -> HttpResponse:
+    """The pool's proposals waiting for a person, with the inbox's approve and reject buttons."""
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    return render(request, "incidents/_incident_approvals.html", _approvals_context(request, incident))
+
+
+def _approvals_context(request: HttpRequest, incident: Incident) -> dict:
+    from scaling.views import _card_context, visible_proposals  # the inbox's cards, as the inbox shows them
+
+    pending = visible_proposals(request).filter(pool_id=incident.pool_id, state=ProposalState.PENDING) \
+        .order_by("created_at") if incident.pool_id else []
+    return {"incident": incident, "cards": [_card_context(request, proposal) for proposal in pending]}
+
+
+def _answer(request: HttpRequest, incident: Incident, error: str = "", status: int = 200,
+            reset_note: bool = False) -> HttpResponse:
+    """htmx gets the refreshed fragment (errors shown in it); a plain form post goes back to the page."""
+    incident.refresh_from_db()
+    if request.htmx:
+        context = _live_context(request, incident, error) | {"reset_note": reset_note}
+        return render(request, "incidents/_incident_live.html", context)
+    if error:
+        return HttpResponse(error, status=status, content_type="text/plain")
+    return redirect("incidents:incident-view", pk=incident.pk)
+
+
+@login_required
+@require_POST
+def incident_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    """Acknowledge, mitigate or resolve from the browser."""
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    move = {"acknowledge": incidents.acknowledge, "mitigate": incidents.mitigate, "resolve": incidents.resolve}[verb]
+    try:
+        move(incident.pk, core.Actor.from_request(request, ActorChannel.WEB), request.POST.get("text", ""))
+    except (incidents.IncidentError, core.AccessDenied) as exc:
+        return _answer(request, incident, str(exc), exc.status_code)
+    return _answer(request, incident)
+
+
+@login_required
+@require_POST
+def incident_note(request: HttpRequest, pk: int) -> HttpResponse:
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    try:
+        incidents.add_note(incident.pk, core.Actor.from_request(request, ActorChannel.WEB), request.POST.get("text", ""),
+                           follow_up=bool(request.POST.get("follow_up")))
+    except (incidents.IncidentError, core.AccessDenied) as exc:
+        return _answer(request, incident, str(exc), exc.status_code)
+    return _answer(request, incident, reset_note=True)
+
+
+@login_required
+def incident_postmortem(request: HttpRequest, pk: int) -> HttpResponse:
+    """The postmortem as a Markdown download."""
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    response = HttpResponse(postmortem.render(incident), content_type="text/markdown; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="incident-{incident.pk}-postmortem.md"'
+    return response

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api.serializers import TeamSlugField
-from incidents import outbound, rules
-from incidents.models import Alert, Channel, Notification, Silence
+from incidents import outbound, rules, timeline
+from incidents.models import Alert, Channel, Incident, IncidentEvent, Notification, Silence
 
 
 class ChannelSerializer(serializers.ModelSerializer):
@@ -47,7 +48,7 @@ class AlertSerializer(serializers.ModelSerializer):
         model = Alert
         fields = ["id", "team", "cluster", "pool", "group", "rule", "tier", "state", "fingerprint", "labels", "summary",
                   "numbers", "started_at", "fired_at", "resolved_at", "last_evaluated_at", "inhibited_by",
-                  "inhibited_reason", "silenced_by", "announced_at"]
+                  "inhibited_reason", "silenced_by", "announced_at", "incident"]
         read_only_fields = fields
 
 
@@ -70,3 +71,56 @@ class SilenceSerializer(serializers.ModelSerializer):
         except ValueError as exc:
             raise serializers.ValidationError(str(exc)) from exc
         return value
+
+
+class IncidentEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = IncidentEvent
+        fields = ["id", "at", "kind", "from_state", "to_state", "actor_name", "channel", "text", "alert", "data"]
+        read_only_fields = fields
+
+
+class TimelineEntrySerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField(help_text="incident, alert, proposal, notification (more sources may add kinds).")
+    title = serializers.CharField()
+    actor = serializers.CharField()
+    channel = serializers.CharField()
+    detail = serializers.CharField()
+    object_type = serializers.CharField(help_text="app_label.model of the linked object.")
+    object_id = serializers.IntegerField(allow_null=True)
+    url = serializers.CharField(help_text="The linked object's page.")
+
+
+class IncidentSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    commander = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    alerts = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = Incident
+        fields = ["id", "team", "cluster", "pool", "title", "severity", "state", "commander", "opened_at",
+                  "acknowledged_at", "mitigated_at", "resolved_at", "resolve_suggested_at", "alerts"]
+        read_only_fields = fields
+
+
+class IncidentDetailSerializer(IncidentSerializer):
+    timeline = serializers.SerializerMethodField(help_text="Every source merged, oldest first (docs/incidents.md).")
+
+    class Meta(IncidentSerializer.Meta):
+        fields = [*IncidentSerializer.Meta.fields, "timeline"]
+        read_only_fields = fields
+
+    @extend_schema_field(TimelineEntrySerializer(many=True))
+    def get_timeline(self, incident: Incident) -> list[dict]:
+        return TimelineEntrySerializer(timeline.timeline(incident), many=True).data
+
+
+class IncidentActionSerializer(serializers.Serializer):
+    text = serializers.CharField(required=False, allow_blank=True, max_length=4000,
+                                 help_text="Why, in a sentence; kept on the timeline.")
+
+
+class IncidentNoteSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=4000)
+    follow_up = serializers.BooleanField(default=False, help_text="Work to do after the incident; listed in the postmortem.")

@@ -7,5 +7,6 @@ router.register("channels", views.ChannelViewSet)
 router.register("notifications", views.NotificationViewSet)
 router.register("alerts", views.AlertViewSet)
 router.register("silences", views.SilenceViewSet)
+router.register("incidents", views.IncidentViewSet)
 
 urlpatterns = router.urls

@@ -1,10 +1,12 @@
-"""REST API for notification channels, their outbox (read-only), alerts (read-only) and silences.
+"""REST API for notification channels, their outbox (read-only), alerts (read-only), silences and
+incidents (read, plus the acknowledge, mitigate, resolve and notes actions and the postmortem).
 Scoped to the caller's teams."""
 from __future__ import annotations
 
 import django_filters
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
@@ -13,10 +15,10 @@ from rest_framework.response import Response
 
 from controlplane import permissions, services as core
 from controlplane.choices import Channel as ActorChannel, Role
-from incidents import alerts, services
+from incidents import alerts, incidents, postmortem, services
 from incidents.api import serializers
-from incidents.choices import ACTIVE_ALERT_STATES
-from incidents.models import Alert, Channel, Notification, Silence
+from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES
+from incidents.models import Alert, Channel, Incident, Notification, Silence
 
 
 class ChannelFilter(django_filters.FilterSet):
@@ -150,3 +152,85 @@ class SilenceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
         silence = self.get_object()
         alerts.expire_silence(silence, self.actor)
         return Response(self.get_serializer(self.get_queryset().get(pk=silence.pk)).data)
+
+
+class IncidentFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug")
+    active = django_filters.BooleanFilter(method="filter_active", label="Open, acknowledged or mitigated")
+
+    class Meta:
+        model = Incident
+        fields = ["team", "cluster", "pool", "severity", "state", "commander"]
+
+    def filter_active(self, queryset, name: str, value: bool):  # noqa: ANN001, ANN201
+        return queryset.filter(state__in=ACTIVE_INCIDENT_STATES) if value else queryset.exclude(state__in=ACTIVE_INCIDENT_STATES)
+
+
+ACTION_RESPONSES = {200: serializers.IncidentSerializer, 400: OpenApiResponse(description="Bad input, naming the field."),
+                    403: OpenApiResponse(description="Not an operator of the incident's team."),
+                    409: OpenApiResponse(description="The incident's state does not allow this move.")}
+
+
+class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
+    """Incidents opened by P0/P1 alerts. Team members read them (the detail holds the timeline);
+    operators acknowledge, mitigate, resolve and add notes."""
+
+    queryset = Incident.objects.select_related("team", "commander").prefetch_related("alerts")
+    serializer_class = serializers.IncidentSerializer
+    filterset_class = IncidentFilter
+    action_roles = {"acknowledge": Role.OPERATOR, "mitigate": Role.OPERATOR, "resolve": Role.OPERATOR,
+                    "notes": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def get_serializer_class(self):  # noqa: ANN201
+        return serializers.IncidentDetailSerializer if self.action == "retrieve" else serializers.IncidentSerializer
+
+    @property
+    def actor(self) -> core.Actor:
+        return core.Actor.from_request(self.request, ActorChannel.API)
+
+    def _move(self, move, request: Request) -> Response:  # noqa: ANN001
+        incident = self.get_object()
+        incoming = serializers.IncidentActionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        move(incident.pk, self.actor, incoming.validated_data.get("text", ""))
+        return Response(serializers.IncidentSerializer(self.get_queryset().get(pk=incident.pk)).data)
+
+    @extend_schema(request=serializers.IncidentActionSerializer, responses=ACTION_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def acknowledge(self, request: Request, pk: str | None = None) -> Response:
+        """open → acknowledged; the caller becomes commander if there is none. Repeating your own is a no-op."""
+        return self._move(incidents.acknowledge, request)
+
+    @extend_schema(request=serializers.IncidentActionSerializer, responses=ACTION_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def mitigate(self, request: Request, pk: str | None = None) -> Response:
+        """open or acknowledged → mitigated: the impact has stopped."""
+        return self._move(incidents.mitigate, request)
+
+    @extend_schema(request=serializers.IncidentActionSerializer, responses=ACTION_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def resolve(self, request: Request, pk: str | None = None) -> Response:
+        """Any active state → resolved (final)."""
+        return self._move(incidents.resolve, request)
+
+    @extend_schema(request=serializers.IncidentNoteSerializer,
+                   responses={201: serializers.IncidentEventSerializer, **{k: v for k, v in ACTION_RESPONSES.items() if k != 200}})
+    @action(detail=True, methods=["post"])
+    def notes(self, request: Request, pk: str | None = None) -> Response:
+        """Add a note to the timeline (also after resolving); `follow_up` lists it in the postmortem."""
+        incident = self.get_object()
+        incoming = serializers.IncidentNoteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        event = incidents.add_note(incident.pk, self.actor, incoming.validated_data["text"],
+                                   follow_up=incoming.validated_data["follow_up"])
+        return Response(serializers.IncidentEventSerializer(event).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={(200, "text/markdown"): OpenApiResponse(description="The postmortem as Markdown.")})
+    @action(detail=True, methods=["get"])
+    def postmortem(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """The postmortem: summary, impact in SLO minutes and requests, timeline, decisions, follow-ups."""
+        incident = self.get_object()
+        return HttpResponse(postmortem.render(incident), content_type="text/markdown; charset=utf-8")

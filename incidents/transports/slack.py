@@ -1,5 +1,6 @@
 """Slack incoming webhooks: one Block Kit message per proposal, edited in place through response_url;
-one message when an alert fires and one when it resolves."""
+one message when an alert fires (with its incident's buttons: acknowledge, mitigate, resolve) and one when
+it resolves."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -10,6 +11,7 @@ from slack_sdk.models.blocks import (
     ActionsBlock,
     Block,
     ButtonElement,
+    ConfirmObject,
     ContextBlock,
     HeaderBlock,
     MarkdownTextObject,
@@ -17,7 +19,7 @@ from slack_sdk.models.blocks import (
 )
 
 from incidents import outbound
-from incidents.choices import NotificationKind
+from incidents.choices import IncidentState, NotificationKind
 from incidents.messages import AlertFacts, ProposalFacts, alert_facts, proposal_facts
 from incidents.models import Notification, SlackMessage
 from incidents.specs import SlackSpec
@@ -35,9 +37,14 @@ def action_block_id(proposal_id: int, channel_id: int) -> str:
     return f"proposal:{proposal_id}:channel:{channel_id}"
 
 
+def incident_block_id(incident_id: int, channel_id: int) -> str:
+    return f"incident:{incident_id}:channel:{channel_id}"
+
+
 def parse_block_id(block_id: str) -> int | None:
+    """The channel named in a proposal's or an incident's action block."""
     parts = block_id.split(":")
-    if len(parts) == 4 and parts[0] == "proposal" and parts[2] == "channel" and parts[3].isdigit():
+    if len(parts) == 4 and parts[0] in ("proposal", "incident") and parts[2] == "channel" and parts[3].isdigit():
         return int(parts[3])
     return None
 
@@ -64,11 +71,31 @@ def proposal_message(facts: ProposalFacts, channel_id: int, *, reminder: bool = 
     }
 
 
-def alert_message(facts: AlertFacts) -> dict[str, Any]:
+def incident_buttons(facts: AlertFacts) -> list[ButtonElement]:
+    """Acknowledge, mark mitigated, resolve (asking to confirm: it is final), and a link to the incident page."""
+    value = str(facts.incident_id)
+    buttons = []
+    for state in facts.incident_actions:
+        if state == IncidentState.ACKNOWLEDGED:
+            buttons.append(ButtonElement(text=f"Acknowledge incident #{value}", action_id="acknowledge_incident",
+                                         value=value, style="primary"))
+        elif state == IncidentState.MITIGATED:
+            buttons.append(ButtonElement(text="Mark mitigated", action_id="mitigate_incident", value=value))
+        elif state == IncidentState.RESOLVED:
+            buttons.append(ButtonElement(text="Resolve", action_id="resolve_incident", value=value, confirm=ConfirmObject(
+                title="Resolve the incident?", text=f"Incident #{value} will be closed; a new firing opens a new one.",
+                confirm="Resolve", deny="Cancel")))
+    return buttons + [ButtonElement(text="Open incident", action_id="open_incident", url=facts.incident_url)]
+
+
+def alert_message(facts: AlertFacts, channel_id: int) -> dict[str, Any]:
     blocks: list[Block] = [
         SectionBlock(text=MarkdownTextObject(text=render("slack/alert.txt", facts=facts))),
         ContextBlock(elements=[MarkdownTextObject(text=render("slack/alert_context.txt", facts=facts))]),
     ]
+    if facts.incident_actions:
+        blocks.append(ActionsBlock(block_id=incident_block_id(facts.incident_id, channel_id),  # type: ignore[arg-type]
+                                   elements=incident_buttons(facts)))
     return {"text": render("slack/alert_fallback.txt", facts=facts), "blocks": [block.to_dict() for block in blocks]}
 
 
@@ -80,7 +107,7 @@ class SlackTransport(Transport):
     def notify(self, notification: Notification) -> None:
         kind = notification.kind
         if notification.alert is not None:
-            self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind)))
+            self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind), self.channel.pk))
             return
         if kind == NotificationKind.REPLY:
             reply = {"response_type": "ephemeral", "replace_original": False, "text": notification.text}

@@ -1,0 +1,166 @@
+"""An incident's timeline: one list, in time order, of everything that happened around it.
+
+Each fact is stored once, by the table that owns it: the incident's own events (IncidentEvent), its
+alerts' transitions (AlertEvent), the pool's proposals with their approvals, executions and ready
+times (ProposalEvent), and the notifications sent about them (Notification). The timeline merges
+them on reading rather than copying them into an incident table: a copy would have to be written by
+every workflow (scaling/services.py among them), and would drift from the record it copies.
+
+Sources are a registry. Traffic shifts, fallback activations and circuit breakers add themselves with
+`@timeline.source` (from their app's `ready()`), returning `Entry` rows for the incident's window;
+nothing here changes when they arrive.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from incidents.choices import NotificationState
+from incidents.models import AlertEvent, Incident, Notification
+from scaling.choices import ProposalState
+from scaling.models import ProposalEvent
+
+# A surge is usually answered before its alert's `for` duration ends: the proposal that did it belongs here.
+LOOKBACK = timedelta(minutes=15)
+# Which proposal transitions the charts mark: decisions in blue, replicas turning ready in green.
+PROPOSAL_MARKERS = {ProposalState.APPROVED: "blue", ProposalState.REJECTED: "gray", ProposalState.SUCCEEDED: "green",
+                    ProposalState.FAILED: "red"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the timeline: when, what (a plain sentence), who and through which channel, and the
+    object it links to."""
+
+    at: datetime
+    kind: str  # the source: incident, alert, proposal, notification (shift, fallback, breaker later)
+    title: str
+    actor: str = ""
+    channel: str = ""
+    detail: str = ""
+    object_type: str = ""  # app_label.model of the linked object
+    object_id: int | None = None
+    url: str = ""
+    marker: str = ""  # a chart tone when the entry belongs on the charts' time axis, "" when it does not
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime
+    end: datetime
+
+
+Source = Callable[[Incident, Window], Iterable[Entry]]
+SOURCES: list[Source] = []
+
+
+def source(function: Source) -> Source:
+    """Register a timeline source: a function of (incident, window) returning Entry rows."""
+    if function not in SOURCES:
+        SOURCES.append(function)
+    return function
+
+
+def window(incident: Incident, now: datetime | None = None) -> Window:
+    return Window(incident.opened_at - LOOKBACK, incident.resolved_at or now or timezone.now())
+
+
+def timeline(incident: Incident, now: datetime | None = None) -> list[Entry]:
+    """Every source's entries for the incident, oldest first."""
+    span = window(incident, now)
+    entries = [entry for read in SOURCES for entry in read(incident, span)]
+    return sorted(entries, key=lambda entry: entry.at)
+
+
+def _actor(name: str) -> str:
+    return "Headroom" if name.endswith(":system") else name
+
+
+# --- the sources this app owns ----------------------------------------------------------------------
+
+
+@source
+def incident_events(incident: Incident, span: Window) -> Iterable[Entry]:
+    url = reverse("incidents:incident-view", args=[incident.pk])
+    for event in incident.events.select_related("alert"):
+        title = {
+            "opened": f"Incident opened ({incident.severity}) by alert #{event.alert_id}",
+            "alert_joined": f"Alert #{event.alert_id} joined the incident",
+            "acknowledged": f"Acknowledged by {_actor(event.actor_name)}",
+            "mitigated": f"Marked mitigated by {_actor(event.actor_name)}",
+            "resolved": f"Resolved by {_actor(event.actor_name)}",
+            "note": ("Follow-up" if event.data.get("follow_up") else "Note") + f" from {_actor(event.actor_name)}",
+            "severity": "Severity raised",
+            "resolve_suggested": "All alerts resolved",
+        }.get(event.kind, event.kind)
+        marker = "purple" if event.kind in ("acknowledged", "mitigated", "resolved") else ""
+        yield Entry(event.at, "incident", title, _actor(event.actor_name), event.channel, event.text,
+                    "incidents.incident", incident.pk, url, marker)
+
+
+@source
+def alert_events(incident: Incident, span: Window) -> Iterable[Entry]:
+    rows = AlertEvent.objects.filter(alert__incident=incident, at__lte=span.end).select_related("alert")
+    for event in rows:
+        alert = event.alert
+        if event.from_state == event.to_state:
+            title = f"Alert #{alert.pk} {alert.rule}: note"
+        else:
+            title = f"Alert #{alert.pk} {alert.tier} {alert.rule} {event.to_state}"
+        marker = "red" if event.from_state != event.to_state and event.to_state in ("firing", "resolved") else ""
+        yield Entry(event.at, "alert", title, _actor(event.actor_name), "auto", event.reason, "incidents.alert",
+                    alert.pk, reverse("incidents:alerts") + f"#alert-{alert.pk}", marker)
+
+
+def _proposal_title(event: ProposalEvent) -> str:
+    proposal = event.proposal
+    change = f"{proposal.current_replicas} → {proposal.target_replicas} replicas"
+    if not event.from_state:
+        return f"Proposal #{proposal.pk} ({proposal.get_kind_display()}): {change}"
+    if event.from_state == event.to_state:
+        return f"Proposal #{proposal.pk}: {event.comment or 'note'}"
+    verbs = {ProposalState.APPROVED: "approved", ProposalState.REJECTED: "rejected",
+             ProposalState.EXECUTING: "executing", ProposalState.SUCCEEDED: "replicas ready",
+             ProposalState.FAILED: "failed", ProposalState.EXPIRED: "expired", ProposalState.SUPERSEDED: "superseded"}
+    title = f"Proposal #{proposal.pk} {verbs.get(event.to_state, event.to_state)}"
+    if event.to_state == ProposalState.SUCCEEDED and proposal.measured_cold_start_s is not None:
+        title += f" after {proposal.measured_cold_start_s:.0f} s (measured cold start)"
+    return title
+
+
+@source
+def proposal_events(incident: Incident, span: Window) -> Iterable[Entry]:
+    if not incident.pool_id:
+        return
+    rows = ProposalEvent.objects.filter(proposal__pool_id=incident.pool_id, at__gte=span.start, at__lte=span.end) \
+        .select_related("proposal")
+    for event in rows:
+        detail = "; ".join(f"{r.get('code', '')}: {r.get('detail', '')}" for r in event.proposal.reasons or []) \
+            if not event.from_state else event.comment
+        yield Entry(event.at, "proposal", _proposal_title(event), _actor(event.actor_name), event.channel, detail,
+                    "scaling.proposal", event.proposal_id, reverse("approvals") + f"#proposal-{event.proposal_id}",
+                    PROPOSAL_MARKERS.get(event.to_state, "") if event.from_state != event.to_state else "")
+
+
+@source
+def notifications(incident: Incident, span: Window) -> Iterable[Entry]:
+    about = Q(alert__incident=incident)
+    if incident.pool_id:
+        about |= Q(proposal__pool_id=incident.pool_id)
+    rows = Notification.objects.filter(about, created_at__gte=span.start, created_at__lte=span.end) \
+        .exclude(state=NotificationState.SKIPPED).select_related("channel")
+    for note in rows:
+        subject = f"alert #{note.alert_id}" if note.alert_id else f"proposal #{note.proposal_id}"
+        state = {"delivered": "sent", "pending": "queued", "failed": "failed"}.get(note.state, note.state)
+        yield Entry(note.delivered_at or note.created_at, "notification",
+                    f"{note.get_kind_display()} about {subject} to {note.channel.name}: {state}",
+                    channel=note.channel.kind, detail=note.last_error, object_type="incidents.notification",
+                    object_id=note.pk, url=reverse("incidents:channels"))
+
+
+__all__ = ["Entry", "LOOKBACK", "SOURCES", "Window", "source", "timeline", "window"]
