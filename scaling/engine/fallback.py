@@ -38,6 +38,12 @@ class FallbackPolicy:
     in_time_s: float = 15.0  # arriving replicas ready later than this are not in time
     target_utilisation: float = 0.85  # the primary keeps this share of its ready capacity's load
     min_share: float = 0.1  # entering on latency alone (no computed overflow) diverts at least this
+    # The primary's queue is part of the overflow while latency is over the SLO: the waiting
+    # requests' worth of traffic is diverted as well, spread over this many seconds.
+    queue_drain_s: float = 10.0
+    # Demand is the highest route rate of the last this many seconds: one tick's rate swings with
+    # the bursts, and a share sized on a lull would send the next burst to the primary.
+    demand_window_s: float = 60.0
     max_share: float = 1.0  # of the traffic that may fall back
     return_steps: tuple[float, ...] = (0.5, 0.25, 0.0)  # the share at return start times these, in turn
     return_step_hold_s: float = 60.0
@@ -54,6 +60,12 @@ class FallbackPolicy:
             raise ValueError("target_utilisation must be in (0, 1]")
         if not 0.0 <= self.min_share <= self.max_share <= 1.0:
             raise ValueError("need 0 <= min_share <= max_share <= 1")
+
+    @property
+    def return_time_s(self) -> float:
+        """The hysteresis: the least time from the overload's end to all traffic back on the primary
+        (the demand window forgets the peak, M calm seconds, then a hold per return step)."""
+        return self.demand_window_s + self.exit_after_s + (len(self.return_steps) - 1) * self.return_step_hold_s
 
     def may_fall_back(self, request_class: str) -> bool:
         return request_class in self.classes
@@ -72,6 +84,7 @@ class FallbackInputs:
     ready_replicas: int
     capacity_rps_per_replica: float  # at the SLO (the pool profile's)
     arriving_ready_at_s: tuple[float, ...] = ()  # expected ready time of each replica still starting
+    queue_depth: float = 0.0  # requests waiting on the primary (NaN: unknown, read as none)
     desired_replicas: int = 0
     max_replicas: int = 1_000_000
     fallback_capacity_rps: float = math.inf  # what the fallback pool's ready replicas serve at its SLO
@@ -87,6 +100,7 @@ class FallbackState:
     return_from: float = 0.0  # the share when the return began
     return_step: int = 0  # index into return_steps
     step_since_s: float | None = None
+    recent_demand: tuple[tuple[float, float], ...] = ()  # (time, route rate) inside demand_window_s
 
 
 @dataclass(frozen=True)
@@ -103,9 +117,18 @@ def _known(value: float) -> bool:
     return value is not None and math.isfinite(value)
 
 
+def queue_wait_s(inputs: FallbackInputs) -> float:
+    """How long the primary's waiting requests take to start at its ready capacity: a queue time
+    known at once (the queue-time histogram and the TTFT percentile lag by their window)."""
+    capacity = inputs.ready_replicas * inputs.capacity_rps_per_replica
+    if not _known(inputs.queue_depth):
+        return math.nan
+    return inputs.queue_depth / capacity if capacity > 0 else (math.inf if inputs.queue_depth > 0 else 0.0)
+
+
 def _over(inputs: FallbackInputs) -> bool:
     slo = inputs.slo_latency_s
-    return any(_known(v) and v > slo for v in (inputs.latency_s, inputs.queue_time_s))
+    return any(_known(v) and v > slo for v in (inputs.latency_s, inputs.queue_time_s)) or queue_wait_s(inputs) > slo
 
 
 def _calm(inputs: FallbackInputs, policy: FallbackPolicy) -> bool:
@@ -118,12 +141,16 @@ def _calm(inputs: FallbackInputs, policy: FallbackPolicy) -> bool:
 
 def overflow_share(inputs: FallbackInputs, policy: FallbackPolicy) -> float:
     """The share of the eligible traffic above what the primary's ready replicas serve at the SLO,
-    at the target utilisation, at most what the fallback's ready capacity takes."""
+    at the target utilisation (plus the primary's queue while latency is over the SLO), at most
+    what the fallback's ready capacity takes."""
     eligible = inputs.demand_rps * inputs.eligible_share
     if eligible <= 0.0:
         return 0.0
     ready_rps = inputs.ready_replicas * inputs.capacity_rps_per_replica * policy.target_utilisation
-    share = (inputs.demand_rps - ready_rps) / eligible
+    backlog_rps = 0.0
+    if _over(inputs) and _known(inputs.queue_depth) and policy.queue_drain_s > 0:
+        backlog_rps = max(0.0, inputs.queue_depth) / policy.queue_drain_s
+    share = (inputs.demand_rps + backlog_rps - ready_rps) / eligible
     return min(max(share, 0.0), policy.max_share, _fallback_limit(inputs, policy))
 
 
@@ -140,12 +167,19 @@ def _needed_replicas(inputs: FallbackInputs, policy: FallbackPolicy) -> float:
 
 def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: FallbackState) -> FallbackDecision:
     now = inputs.now_s
+    recent = tuple((at, rps) for at, rps in state.recent_demand if at > now - policy.demand_window_s + 1e-9)
+    if math.isfinite(inputs.demand_rps):
+        recent += ((now, inputs.demand_rps),)
+    state = replace(state, recent_demand=recent)
+    inputs = replace(inputs, demand_rps=max((rps for _, rps in recent), default=0.0))
     over = _over(inputs)
     over_since = (state.over_since_s if state.over_since_s is not None else now) if over else None
     sustained = over_since is not None and now - over_since >= policy.entry_after_s - 1e-9
     needed = _needed_replicas(inputs, policy)
     in_time = sum(1 for at in inputs.arriving_ready_at_s if at <= now + policy.in_time_s)
-    capacity_in_time = inputs.ready_replicas + in_time >= needed
+    # Latency over the SLO says the ready replicas are short whatever the estimate says; relief
+    # is in time only when replicas that cover the estimated shortfall (at least one) are ready soon.
+    capacity_in_time = in_time >= max(1.0, needed - inputs.ready_replicas)
     at_max = inputs.desired_replicas >= inputs.max_replicas and needed > inputs.max_replicas
     overflow = overflow_share(inputs, policy)
     limit = min(policy.max_share, _fallback_limit(inputs, policy))
@@ -159,8 +193,8 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
                            f"{inputs.demand_rps:.1f} req/s needs {math.ceil(needed)}")
         elif sustained and not capacity_in_time:
             reasons.append(f"{latency_text} over the {inputs.slo_latency_s:.2f} s SLO for {now - over_since:.0f} s"
-                           f" and {inputs.ready_replicas} ready + {in_time} arriving within {policy.in_time_s:.0f} s"
-                           f" < {math.ceil(needed)} needed")
+                           f" with {inputs.ready_replicas} ready and {in_time} arriving within "
+                           f"{policy.in_time_s:.0f} s ({math.ceil(needed)} needed for {inputs.demand_rps:.1f} req/s)")
         if not reasons or limit <= 0.0:
             why = "no overload" if not over else (
                 f"{latency_text} over the SLO for {now - over_since:.0f} s of {policy.entry_after_s:.0f} s"
@@ -201,10 +235,12 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
         return FallbackDecision(share, ACTIVE, (f"active at {share:.0%}: {reason}",), replace(state, share=share),
                                 None, overflow)
 
-    # RESTORING: a sustained overload sends it back to active; otherwise step down after each hold.
-    if sustained or (at_max and overflow > state.share):
+    # RESTORING: a sustained overload, or demand past the ready replicas again, sends it back to
+    # active; otherwise it steps down after each hold.
+    if sustained or overflow > state.share:
         share = min(max(state.share, overflow, policy.min_share), limit)
-        reason = f"{latency_text} over the SLO again during the return: back to {share:.0%}"
+        reason = (f"{latency_text} over the SLO again during the return: back to {share:.0%}" if sustained else
+                  f"the overflow ({overflow:.0%}) is above the returning share again: back to {share:.0%}")
         new = replace(state, phase=ACTIVE, share=share, since_s=now, calm_since_s=None, step_since_s=None)
         return FallbackDecision(share, ACTIVE, (reason,), new, REACTIVATED, overflow)
     step_since = state.step_since_s if state.step_since_s is not None else now
@@ -222,12 +258,16 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
 
 
 def _restored(state: FallbackState, now: float, reason: str, overflow: float) -> FallbackDecision:
-    new = FallbackState(phase=INACTIVE, since_s=now, over_since_s=state.over_since_s)
+    new = FallbackState(phase=INACTIVE, since_s=now, over_since_s=state.over_since_s,
+                        recent_demand=state.recent_demand)
     return FallbackDecision(0.0, INACTIVE, (f"{reason}: all traffic back on the primary",), new, RESTORED, overflow)
 
 
 def _latency_text(inputs: FallbackInputs) -> str:
     parts = []
+    wait = queue_wait_s(inputs)
+    if _known(wait) and wait > inputs.slo_latency_s:
+        parts.append(f"queue of {inputs.queue_depth:.0f} ({wait:.2f} s to start)")
     if _known(inputs.latency_s):
         parts.append(f"TTFT {inputs.latency_s:.2f} s")
     if _known(inputs.queue_time_s):
@@ -274,6 +314,7 @@ def fallback_step(
             capacity_rps_per_replica=plan.capacity_rps_per_replica,
             arriving_ready_at_s=tuple(at + plan.cold_start_p95_s for at in arriving_requested_at_s),
             desired_replicas=int(desired) if math.isfinite(desired) else 0,
+            queue_depth=_value(signals.queue_depth),
             max_replicas=plan.max_replicas,
             fallback_capacity_rps=fallback_capacity_rps,
         ),
