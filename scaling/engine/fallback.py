@@ -32,7 +32,7 @@ PRIORITY, STANDARD = "priority", "standard"
 class FallbackPolicy:
     """Per pool; every threshold is a parameter (defaults fitted on the code trace, docs/engine.md)."""
 
-    entry_after_s: float = 30.0  # N: latency over the SLO this long before traffic moves
+    entry_after_s: float = 15.0  # N: latency over the SLO this long before traffic moves (one tick; fitted)
     exit_after_s: float = 180.0  # M: below the exit thresholds this long before the return begins
     exit_latency_ratio: float = 0.8  # exit threshold = this x the SLO (entry is at the SLO): hysteresis
     in_time_s: float = 15.0  # arriving replicas ready later than this are not in time
