@@ -15,7 +15,7 @@ both call.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from scaling.engine.planner import PoolPlan
 from scaling.engine.signals import PoolSignals, Reading
@@ -322,13 +322,3 @@ def fallback_step(
         state,
     )
 
-
-@dataclass
-class FallbackTimeline:
-    """Entries, returns and shares over a run (the replay's record; the loop stores events)."""
-
-    events: list[tuple[float, str, tuple[str, ...]]] = field(default_factory=list)
-
-    def record(self, now_s: float, decision: FallbackDecision) -> None:
-        if decision.event is not None:
-            self.events.append((now_s, decision.event, decision.reasons))

@@ -137,7 +137,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
 
 
 def format_table(report: dict[str, object]) -> str:
-    rows = [(key, json.dumps(value) if isinstance(value, dict) else str(value)) for key, value in report.items()]
+    rows = [(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value)) for key, value in report.items()]
     width = max(len(key) for key, _ in rows)
     return "\n".join(f"{key:<{width}}  {value}" for key, value in rows)
 
