@@ -1,7 +1,8 @@
 """Issue 13's replay targets for fallback models: a surge with and without a fallback pool.
 
     .venv/bin/python bench/fallback_targets.py [--traces ../shared/traces] [--cases judge|fit]
-        [--fallback-replicas N ...] [--priority-share F] [--max-replicas N] [--set FIELD=VALUE ...] [--json]
+        [--fallback-replicas N ...] [--priority-share F] [--max-replicas N] [--set FIELD=VALUE ...]
+        [--spillover F] [--no-baselines] [--json]
 
 Per case (an Azure trace with `--surge 10:5`, request mode, the replay's defaults) it runs the
 clairvoyant primary-only schedule (the cost reference), `headroom` without a fallback, and
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--priority-share", type=float, default=0.1)
     parser.add_argument("--max-replicas", type=int, default=100)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--spillover", type=float, metavar="F", help="per-request spill-over past F x the SLO")
     parser.add_argument("--no-baselines", action="store_true", help="only the runs with a fallback pool")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -78,8 +80,10 @@ def main() -> None:
         runs = [] if args.no_baselines else [("clairvoyant, primary only", clairvoyant),
                                              ("headroom, no fallback", simulate(workload, config, "headroom"))]
         for replicas in args.fallback_replicas:
-            route = FallbackRoute(get_profile(FALLBACK_PROFILE), replicas, args.priority_share, fallback_policy)
-            runs.append((f"headroom + {replicas} x {FALLBACK_PROFILE}", simulate(workload, config, "headroom",
+            route = FallbackRoute(get_profile(FALLBACK_PROFILE), replicas, args.priority_share, fallback_policy,
+                                  spillover_wait_share=args.spillover)
+            spill = "" if args.spillover is None else f", spill-over {args.spillover:g}"
+            runs.append((f"headroom + {replicas} x {FALLBACK_PROFILE}{spill}", simulate(workload, config, "headroom",
                                                                                  fallback=route)))
         for name, result in runs:
             report = result.as_json()

@@ -2,7 +2,7 @@
 
     python -m scaling.sim.replay --trace PATH --policy keda-queue [--json]
     python -m scaling.sim.replay --trace PATH --policy headroom --fallback llama-3.2-1b-l4 \
-        [--fallback-replicas N] [--priority-share F] [--json]
+        [--fallback-replicas N] [--priority-share F] [--fallback-spillover F] [--json]
 
 Errors in the input are printed as `error: ...` with exit status 2, never as a traceback.
 """
@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"warm replicas of the fallback pool (default {DEFAULT_FALLBACK_REPLICAS})")
     parser.add_argument("--priority-share", type=float, metavar="F",
                         help="share of requests in the priority class, which never falls back (default 0)")
+    parser.add_argument("--fallback-spillover", type=float, metavar="F",
+                        help="while the fallback is active, also send an eligible request there when the primary "
+                             "would start it later than F x the SLO (per-request spill-over; default off)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -102,7 +105,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 
 def fallback_from(args: argparse.Namespace) -> FallbackRoute | None:
     if args.fallback is None:
-        for flag, value in (("--fallback-replicas", args.fallback_replicas), ("--priority-share", args.priority_share)):
+        for flag, value in (("--fallback-replicas", args.fallback_replicas), ("--priority-share", args.priority_share),
+                            ("--fallback-spillover", args.fallback_spillover)):
             if value is not None:
                 raise UsageError(f"{flag} needs --fallback PROFILE")
         return None
@@ -116,7 +120,10 @@ def fallback_from(args: argparse.Namespace) -> FallbackRoute | None:
     priority_share = 0.0 if args.priority_share is None else args.priority_share
     if not 0.0 <= priority_share <= 1.0:
         raise UsageError("--priority-share must be between 0 and 1")
-    return FallbackRoute(get_profile(args.fallback), replicas, priority_share)
+    if args.fallback_spillover is not None and not args.fallback_spillover > 0:
+        raise UsageError("--fallback-spillover must be positive")
+    return FallbackRoute(get_profile(args.fallback), replicas, priority_share,
+                         spillover_wait_share=args.fallback_spillover)
 
 
 def workload_from(args: argparse.Namespace) -> Workload:

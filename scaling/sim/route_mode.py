@@ -54,12 +54,18 @@ class FallbackRoute:
     policy: FallbackPolicy = FallbackPolicy()
     primary_plan: PoolPlan | None = None  # the primary's planning profile (capacity at the SLO)
     fallback_capacity_rps: float | None = None  # per fallback replica, at the SLO
+    # While the fallback is active, an eligible request the draw left on the primary goes to the
+    # fallback anyway when the primary's least-loaded replica would start it later than this share
+    # of the SLO (a gateway's per-request spill-over); None: the share alone decides.
+    spillover_wait_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError("--fallback-replicas must be at least 1")
         if not 0.0 <= self.priority_share <= 1.0:
             raise ValueError("--priority-share must be between 0 and 1")
+        if self.spillover_wait_share is not None and not self.spillover_wait_share > 0.0:
+            raise ValueError("--fallback-spillover must be positive")
 
 
 @dataclass
@@ -119,6 +125,15 @@ class _Pool:
             self.prefill_free_at.append(0.0)
             self.last_end.append(0.0)
             self.router.add_replica()
+
+    def earliest_start_s(self, now: float) -> float:
+        """When the least-loaded ready replica could start a new request's prefill (inf: none ready)."""
+        best = math.inf
+        for r in self.router.routable_ids:
+            start = max(self.slot_free_at[r][0], self.prefill_free_at[r], now)
+            if start < best:
+                best = start
+        return best
 
     def serve(self, k: int, now: float, origin: list[float], outputs_minus_one: list[int],
               ttft: list[float], e2e: list[float]) -> None:
@@ -234,6 +249,7 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
     share = 0.0
     events: list[list[object]] = []
     route_sent = 0
+    spill_after_s = None if route.spillover_wait_share is None else route.spillover_wait_share * config.slo_ttft_s
 
     def control(now: float, next_tick: float) -> float:
         nonlocal state, share, route_sent
@@ -271,6 +287,9 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         route_sent += 1
         eligible = may_priority if priority[k] else may_standard
         pool = fallback if share > 0.0 and eligible and split_draw[k] < share else primary
+        if (pool is primary and spill_after_s is not None and share > 0.0 and eligible
+                and primary.earliest_start_s(now) - now > spill_after_s):
+            pool = fallback
         if pool is fallback:
             served_by[k] = 1
         pool.tick_sent += 1
@@ -295,10 +314,11 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
 
 
 def route_for(config: SimConfig, workload: Workload, policy: Policy, profile: PoolProfile, replicas: int,
-              priority_share: float = 0.0, fallback_policy: FallbackPolicy = FallbackPolicy()) -> FallbackRoute:
+              priority_share: float = 0.0, fallback_policy: FallbackPolicy = FallbackPolicy(),
+              spillover_wait_share: float | None = None) -> FallbackRoute:
     """The route's parameters: the primary's plan (the headroom policy's own, else load-tested) and
     the fallback profile's capacity per replica at the same SLO, load-tested the same way."""
-    FallbackRoute(profile, replicas, priority_share)  # refuses bad parameters before the load tests
+    FallbackRoute(profile, replicas, priority_share, spillover_wait_share=spillover_wait_share)  # bad input: before the load tests
     if isinstance(policy, HeadroomPolicy):
         plan = policy.pool
     else:
@@ -306,7 +326,7 @@ def route_for(config: SimConfig, workload: Workload, policy: Policy, profile: Po
     fallback_config = dataclasses.replace(SimConfig.for_profile(profile), slo_ttft_s=config.slo_ttft_s,
                                           slo_objective=config.slo_objective, seed=config.seed)
     return FallbackRoute(profile, replicas, priority_share, fallback_policy, plan,
-                         measured_capacity_rps(fallback_config, workload))
+                         measured_capacity_rps(fallback_config, workload), spillover_wait_share)
 
 
 def _attainment(met: np.ndarray, mask: np.ndarray) -> float | None:

@@ -38,7 +38,7 @@ def simulate(
     policy = build_policy(policy_name, context)
     if fallback is not None:
         route = route_for(config, workload, policy, fallback.profile, fallback.replicas, fallback.priority_share,
-                          fallback.policy)
+                          fallback.policy, fallback.spillover_wait_share)
         return run_route_mode(workload, config, policy, route, progress)
     return MODES[mode](workload, config, policy, progress)
 

@@ -27,8 +27,8 @@ PLAN = PoolPlan(capacity_rps_per_replica=20.0, max_replicas=10, slo_latency_s=1.
                 cold_start_p95_s=90.0)
 
 
-def route(replicas: int = 4, priority_share: float = 0.0, **policy) -> FallbackRoute:
-    return FallbackRoute(FALLBACK, replicas, priority_share, FallbackPolicy(**policy), PLAN, 20.0)
+def route(replicas: int = 4, priority_share: float = 0.0, spillover: float | None = None, **policy) -> FallbackRoute:
+    return FallbackRoute(FALLBACK, replicas, priority_share, FallbackPolicy(**policy), PLAN, 20.0, spillover)
 
 
 def surge_trace() -> Trace:
@@ -38,6 +38,16 @@ def surge_trace() -> Trace:
     arrivals = np.concatenate([p.arrival_s + o for p, o in zip(parts, offsets)])
     count = len(arrivals)
     return Trace("surge", arrivals, np.full(count, 500), np.full(count, 100))
+
+
+def bursty_trace() -> Trace:
+    """10 req/s for 1,500 s, and from 300 s to 600 s a burst of 150 requests within half a second every 15 s."""
+    base = poisson_trace(10.0, 1500.0, seed=4).arrival_s
+    rng = np.random.default_rng(5)
+    bursts = np.concatenate([start + rng.uniform(0.0, 0.5, 150) for start in np.arange(300.0, 600.0, 15.0)])
+    arrivals = np.sort(np.concatenate([base, bursts]))
+    count = len(arrivals)
+    return Trace("bursty", arrivals, np.full(count, 500), np.full(count, 100))
 
 
 def test_with_no_overload_it_serves_exactly_as_request_mode():
@@ -69,6 +79,22 @@ def test_an_overloaded_primary_at_its_maximum_moves_overflow_and_gets_it_back():
                                             abs=0.011)
 
 
+def test_spillover_moves_requests_the_primary_would_start_late_only_while_active():
+    quiet = poisson_trace(10.0, 600.0)
+    alone = run_request_mode(quiet, CONFIG, StaticPolicy(2))
+    routed = run_route_mode(quiet, CONFIG, StaticPolicy(2), route(spillover=0.2))
+    assert routed.fallback_share == 0.0 and routed.ttft_ms == alone.ttft_ms  # inactive: the share alone decides
+    trace = bursty_trace()
+    capped = replace(CONFIG, max_replicas=2)
+    by_share = run_route_mode(trace, capped, StaticPolicy(2), route(replicas=4))
+    spilled = run_route_mode(trace, capped, StaticPolicy(2), route(replicas=4, spillover=0.2))
+    assert spilled.fallback_share > by_share.fallback_share
+    assert spilled.slo_attainment_by_model[PRIMARY.model] > by_share.slo_attainment_by_model[PRIMARY.model]
+    assert spilled.slo_attainment > by_share.slo_attainment
+    everyone_priority = run_route_mode(trace, capped, StaticPolicy(2), route(priority_share=1.0, spillover=0.2))
+    assert everyone_priority.fallback_share == 0.0  # spill-over never moves the priority class
+
+
 def test_the_priority_class_never_falls_back():
     trace = surge_trace()
     capped = replace(CONFIG, max_replicas=2)
@@ -85,6 +111,8 @@ def test_bad_route_parameters_are_refused():
         FallbackRoute(FALLBACK, 0)
     with pytest.raises(ValueError, match="--priority-share"):
         FallbackRoute(FALLBACK, 2, 1.5)
+    with pytest.raises(ValueError, match="--fallback-spillover"):
+        FallbackRoute(FALLBACK, 2, 0.0, spillover_wait_share=0.0)
 
 
 # ---------------------------------------------------------------------------- the CLI
@@ -128,6 +156,8 @@ def test_the_replay_json_adds_the_fallback_fields(traces_dir, capsys):
     (["--fallback", "llama-3.2-1b-l4", "--priority-share", "1.5"], "--priority-share must be between 0 and 1"),
     (["--fallback", "llama-3.2-1b-l4", "--timeout-s", "30"], "does not model client timeouts"),
     (["--fallback", "gpt-9"], "invalid choice: 'gpt-9'"),
+    (["--fallback-spillover", "0.2"], "--fallback-spillover needs --fallback PROFILE"),
+    (["--fallback", "llama-3.2-1b-l4", "--fallback-spillover", "0"], "--fallback-spillover must be positive"),
 ])
 def test_bad_fallback_flags_are_an_error_naming_the_flag(traces_dir, capsys, args, message):
     assert main(_args(traces_dir, ["--trace", "{conv}", "--policy", "static", *args])) == 2
