@@ -195,6 +195,9 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
             reasons.append(f"{latency_text} over the {inputs.slo_latency_s:.2f} s SLO for {now - over_since:.0f} s"
                            f" with {inputs.ready_replicas} ready and {in_time} arriving within "
                            f"{policy.in_time_s:.0f} s ({math.ceil(needed)} needed for {inputs.demand_rps:.1f} req/s)")
+        if reasons and inputs.eligible_share <= 0.0:
+            return FallbackDecision(0.0, INACTIVE, ("overloaded, but no request class may fall back",),
+                                    replace(state, calm_since_s=None), None, overflow)
         if not reasons or limit <= 0.0:
             why = "no overload" if not over else (
                 f"{latency_text} over the SLO for {now - over_since:.0f} s of {policy.entry_after_s:.0f} s"

@@ -61,6 +61,7 @@ SURGE = dict(demand=150.0, latency=2.0, arriving=(200.0,) * 5)  # 10 ready, 15 n
      [dict(SURGE, eligible=0.5)] * 3, ACTIVE, 50 / 75),
     ("the fallback's ready capacity caps the share", [dict(SURGE, fallback_rps=30.0)] * 3, ACTIVE, 30 / 150),
     ("a fallback with no ready capacity takes nothing", [dict(SURGE, fallback_rps=0.0)] * 3, INACTIVE, 0.0),
+    ("no class may fall back (all priority): stays", [dict(SURGE, eligible=0.0)] * 3, INACTIVE, 0.0),
 ])
 def test_entry(label, sequence, phase, share):
     last = run(sequence)[-1]
