@@ -1,6 +1,8 @@
 """Replay a trace through a simulated vLLM pool under a scaling policy.
 
     python -m scaling.sim.replay --trace PATH --policy keda-queue [--json]
+    python -m scaling.sim.replay --trace PATH --policy headroom --fallback llama-3.2-1b-l4 \
+        [--fallback-replicas N] [--priority-share F] [--fallback-spillover F] [--json]
 
 Errors in the input are printed as `error: ...` with exit status 2, never as a traceback.
 """
@@ -17,12 +19,14 @@ from scaling.sim.config import ClientConfig, ColdStart, SimConfig
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace
 from scaling.sim.policies import ALIASES, POLICIES
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
+from scaling.sim.route_mode import FallbackRoute
 from scaling.sim.runner import MODES, simulate
 from scaling.sim.transforms import rate_scale, surge, time_scale, time_shift
 from scaling.sim.workload import Workload
 
 LARGE_WORKLOAD_REQUESTS = 500_000
 DEFAULT_WARMUP_S = 600.0  # a running pool's last 10 minutes: causal policies start warm
+DEFAULT_FALLBACK_REPLICAS = 2
 
 
 class UsageError(Exception):
@@ -61,6 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the first S seconds are seen by every policy and not scored (default 600)")
     parser.add_argument("--misses-by-minute", action="store_true",
                         help="add slo_misses_by_minute: requests that missed the TTFT SLO by minute of arrival (request mode)")
+    parser.add_argument("--fallback", metavar="PROFILE", choices=sorted(PROFILES),
+                        help="route over the pool and a fallback pool of this profile (request mode)")
+    parser.add_argument("--fallback-replicas", type=int, metavar="N",
+                        help=f"warm replicas of the fallback pool (default {DEFAULT_FALLBACK_REPLICAS})")
+    parser.add_argument("--priority-share", type=float, metavar="F",
+                        help="share of requests in the priority class, which never falls back (default 0)")
+    parser.add_argument("--fallback-spillover", type=float, metavar="F",
+                        help="while the fallback is active, also send an eligible request there when the primary "
+                             "would start it later than F x the SLO (per-request spill-over; default off)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -90,6 +103,29 @@ def config_from(args: argparse.Namespace) -> SimConfig:
     )
 
 
+def fallback_from(args: argparse.Namespace) -> FallbackRoute | None:
+    if args.fallback is None:
+        for flag, value in (("--fallback-replicas", args.fallback_replicas), ("--priority-share", args.priority_share),
+                            ("--fallback-spillover", args.fallback_spillover)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --fallback PROFILE")
+        return None
+    if args.mode != "request":
+        raise UsageError("--fallback needs --mode request")
+    if args.timeout_s is not None or args.retries or args.queue_limit is not None:
+        raise UsageError("--fallback does not model client timeouts, retries or --queue-limit; leave them out")
+    replicas = DEFAULT_FALLBACK_REPLICAS if args.fallback_replicas is None else args.fallback_replicas
+    if replicas < 1:
+        raise UsageError("--fallback-replicas must be at least 1")
+    priority_share = 0.0 if args.priority_share is None else args.priority_share
+    if not 0.0 <= priority_share <= 1.0:
+        raise UsageError("--priority-share must be between 0 and 1")
+    if args.fallback_spillover is not None and not args.fallback_spillover > 0:
+        raise UsageError("--fallback-spillover must be positive")
+    return FallbackRoute(get_profile(args.fallback), replicas, priority_share,
+                         spillover_wait_share=args.fallback_spillover)
+
+
 def workload_from(args: argparse.Namespace) -> Workload:
     workload = load_trace(args.trace, args.format)
     if args.rate_scale != 1.0:
@@ -108,7 +144,7 @@ def workload_from(args: argparse.Namespace) -> Workload:
 
 
 def format_table(report: dict[str, object]) -> str:
-    rows = [(key, json.dumps(value) if isinstance(value, dict) else str(value)) for key, value in report.items()]
+    rows = [(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value)) for key, value in report.items()]
     width = max(len(key) for key, _ in rows)
     return "\n".join(f"{key:<{width}}  {value}" for key, value in rows)
 
@@ -125,12 +161,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from(args)
         if args.misses_by_minute and args.mode != "request":
             raise UsageError("--misses-by-minute needs --mode request (fluid mode scores aggregates, not requests)")
+        fallback = fallback_from(args)
         workload = workload_from(args)
         if not 0 <= args.warmup_s < workload.span_s:
             raise UsageError(f"--warmup-s must be at least 0 and shorter than the trace ({workload.span_s:.0f} s)")
         if args.policy in ("clairvoyant", "oracle", "static") and workload.expected_requests > LARGE_WORKLOAD_REQUESTS:
             print(f"replay: sizing {args.policy} by searching with replays first", file=sys.stderr, flush=True)
-        result = simulate(workload, config, args.policy, args.mode, args.replicas, progress=_progress)
+        result = simulate(workload, config, args.policy, args.mode, args.replicas, progress=_progress,
+                          fallback=fallback)
     except (UsageError, TraceFormatError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message}", file=sys.stderr)

@@ -9,6 +9,7 @@ from scaling.sim.fluid_mode import run_fluid_mode
 from scaling.sim.policies import Policy, PolicyContext, build_policy
 from scaling.sim.request_mode import ProgressFn, run_request_mode
 from scaling.sim.result import SimResult
+from scaling.sim.route_mode import FallbackRoute, run_route_mode, route_for
 from scaling.sim.workload import Workload
 
 MODES: dict[str, Callable[..., SimResult]] = {"request": run_request_mode, "fluid": run_fluid_mode}
@@ -25,11 +26,20 @@ def simulate(
     mode: str = "request",
     static_replicas: int | None = None,
     progress: ProgressFn | None = None,
+    fallback: FallbackRoute | None = None,
 ) -> SimResult:
+    """`fallback` (request mode only): replay a route over the primary pool and that fallback pool;
+    its plan and capacity are filled in here (`route_for`)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; known modes: {', '.join(MODES)}")
+    if fallback is not None and mode != "request":
+        raise ValueError("a fallback route is replayed in request mode only")
     context = PolicyContext(workload, config, _search_evaluator(workload, config, mode), static_replicas)
     policy = build_policy(policy_name, context)
+    if fallback is not None:
+        route = route_for(config, workload, policy, fallback.profile, fallback.replicas, fallback.priority_share,
+                          fallback.policy, fallback.spillover_wait_share)
+        return run_route_mode(workload, config, policy, route, progress)
     return MODES[mode](workload, config, policy, progress)
 
 

@@ -1,0 +1,208 @@
+"""Fallback decisions: entry, the share from the overflow, hysteresis, the stepped return, no flapping."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from scaling.engine import fallback as f
+from scaling.engine.fallback import (ACTIVE, INACTIVE, RESTORING, FallbackInputs, FallbackPolicy, FallbackState,
+                                     decide_fallback, fallback_step)
+from scaling.engine.planner import PoolPlan
+from scaling.engine.signals import PoolSignals, Reading
+
+POLICY = FallbackPolicy(entry_after_s=30.0, exit_after_s=120.0, exit_latency_ratio=0.8, in_time_s=15.0,
+                        target_utilisation=1.0, min_share=0.1, return_steps=(0.5, 0.25, 0.0), return_step_hold_s=60.0)
+TICK = 15.0
+
+
+def inputs(now: float = 0.0, demand: float = 100.0, latency: float = 0.5, ready: int = 10, arriving: tuple = (),
+           desired: int | None = None, max_replicas: int = 40, eligible: float = 1.0, queue_time: float = math.nan,
+           fallback_rps: float = math.inf, queue: float = 0.0) -> FallbackInputs:
+    return FallbackInputs(now_s=now, demand_rps=demand, eligible_share=eligible, latency_s=latency,
+                          queue_time_s=queue_time, slo_latency_s=1.0, ready_replicas=ready,
+                          capacity_rps_per_replica=10.0, arriving_ready_at_s=arriving,
+                          desired_replicas=ready + len(arriving) if desired is None else desired,
+                          max_replicas=max_replicas, fallback_capacity_rps=fallback_rps, queue_depth=queue)
+
+
+def run(sequence: list[dict], policy: FallbackPolicy = POLICY, state: FallbackState | None = None):
+    """Ticks every 15 s through `sequence` (keyword overrides of `inputs`); the decisions."""
+    state = state or FallbackState()
+    decisions = []
+    for i, overrides in enumerate(sequence):
+        decision = decide_fallback(inputs(now=i * TICK, **overrides), policy, state)
+        decisions.append(decision)
+        state = decision.state
+    return decisions
+
+
+SURGE = dict(demand=150.0, latency=2.0, arriving=(200.0,) * 5)  # 10 ready, 15 needed, arriving in 200 s
+
+
+@pytest.mark.parametrize("label, sequence, phase, share", [
+    ("calm pool stays on the primary", [dict()] * 5, INACTIVE, 0.0),
+    ("over the SLO for less than N seconds", [SURGE] * 2, INACTIVE, 0.0),
+    ("over the SLO for N seconds, capacity late: the overflow moves", [SURGE] * 3, ACTIVE, 50 / 150),
+    ("over the SLO but the capacity is ready within in_time_s", [dict(SURGE, arriving=(10.0,) * 5)] * 3, INACTIVE, 0.0),
+    ("queue time over the SLO counts as well", [dict(SURGE, latency=0.5, queue_time=1.5)] * 3, ACTIVE, 50 / 150),
+    ("unknown latency is no reason to move", [dict(SURGE, latency=math.nan)] * 4, INACTIVE, 0.0),
+    ("at the maximum with overflow: moves at once", [dict(demand=150.0, ready=10, max_replicas=10)], ACTIVE, 50 / 150),
+    ("a small overflow: the minimum share", [dict(SURGE, demand=95.0, ready=9)] * 3, ACTIVE, 0.1),
+    ("latency over though the estimate says the ready replicas suffice, nothing arriving: the minimum share",
+     [dict(latency=2.0, demand=100.0)] * 3, ACTIVE, 0.1),
+    ("latency over, one replica arriving in time: wait for it", [dict(latency=2.0, demand=100.0, arriving=(5.0,))] * 3,
+     INACTIVE, 0.0),
+    ("the primary's queue adds to the overflow while over the SLO", [dict(SURGE, queue=200.0)] * 3, ACTIVE,
+     (50 + 20) / 150),
+    ("the priority class stays: the share is of the eligible traffic",
+     [dict(SURGE, eligible=0.5)] * 3, ACTIVE, 50 / 75),
+    ("the fallback's ready capacity caps the share", [dict(SURGE, fallback_rps=30.0)] * 3, ACTIVE, 30 / 150),
+    ("a fallback with no ready capacity takes nothing", [dict(SURGE, fallback_rps=0.0)] * 3, INACTIVE, 0.0),
+    ("no class may fall back (all priority): stays", [dict(SURGE, eligible=0.0)] * 3, INACTIVE, 0.0),
+])
+def test_entry(label, sequence, phase, share):
+    last = run(sequence)[-1]
+    assert last.phase == phase, label
+    assert last.share == pytest.approx(share), label
+    assert last.reasons, label
+
+
+def test_entry_event_and_reasons_name_the_cause():
+    decisions = run([SURGE] * 3)
+    assert [d.event for d in decisions] == [None, None, f.ENTERED]
+    assert "over the 1.00 s SLO for 30 s" in decisions[-1].reasons[0]
+    assert "with 10 ready and 0 arriving within 15 s (15 needed for 150.0 req/s)" in decisions[-1].reasons[0]
+    at_max = run([dict(demand=150.0, ready=10, max_replicas=10)])[-1]
+    assert "at its maximum of 10 replicas" in at_max.reasons[0]
+
+
+def test_share_rises_with_the_overflow_and_does_not_fall_while_active():
+    decisions = run([SURGE] * 3 + [dict(SURGE, demand=200.0)] + [dict(SURGE, demand=120.0)] * 3)
+    shares = [d.share for d in decisions[2:]]
+    assert shares[0] == pytest.approx(50 / 150)
+    assert shares[1] == pytest.approx(100 / 200)
+    assert all(s == pytest.approx(0.5) for s in shares[2:])
+
+
+def test_demand_is_the_recent_peak_not_one_ticks_lull():
+    lull = dict(SURGE, demand=20.0)
+    decisions = run([SURGE] * 3 + [lull] * 3 + [dict(SURGE, demand=200.0)] + [lull] * 5)
+    assert decisions[4].share == pytest.approx(50 / 150)  # the 150 req/s of 30 s ago still counts
+    assert decisions[-1].overflow_share == pytest.approx(0.0)  # 200 req/s left the 60-s window
+    assert decisions[9].overflow_share == pytest.approx(100 / 200)  # 45 s after it
+
+
+RECOVERED = dict(demand=150.0, latency=0.5, ready=16)  # latency below 80 % of the SLO, ready covers demand
+
+
+def test_exit_after_m_seconds_calm_then_stepped_return():
+    decisions = run([SURGE] * 3 + [RECOVERED] * 30)
+    phases = [d.phase for d in decisions]
+    events = [(i * TICK, d.event) for i, d in enumerate(decisions) if d.event]
+    # active from 30 s; calm from 45 s; the return starts 120 s later; two 60-s holds; restored.
+    assert events == [(30.0, f.ENTERED), (165.0, f.RETURN_STARTED), (285.0, f.RESTORED)]
+    share_at = {i * TICK: d.share for i, d in enumerate(decisions)}
+    assert share_at[150.0] == pytest.approx(1 / 3)
+    assert share_at[165.0] == pytest.approx(1 / 6)  # 50 %
+    assert share_at[225.0] == pytest.approx(1 / 12)  # 25 %
+    assert share_at[285.0] == 0.0
+    assert phases[-1] == INACTIVE and all(p == RESTORING for p in phases[11:19])
+
+
+@pytest.mark.parametrize("label, calm_variant", [
+    ("latency back under the SLO but not under the exit threshold", dict(RECOVERED, latency=0.9)),
+    ("latency fine but the ready replicas do not cover the demand", dict(RECOVERED, ready=12)),
+    ("latency unknown: no evidence of calm", dict(RECOVERED, latency=math.nan)),
+])
+def test_no_exit_without_every_exit_condition(label, calm_variant):
+    decisions = run([SURGE] * 3 + [calm_variant] * 40)
+    assert all(d.phase == ACTIVE for d in decisions[2:]), label
+
+
+def test_overload_during_the_return_reactivates():
+    decisions = run([SURGE] * 3 + [RECOVERED] * 10 + [SURGE] * 3)
+    assert decisions[11].phase == RESTORING
+    assert decisions[-1].phase == ACTIVE and f.REACTIVATED in [d.event for d in decisions[13:]]
+    assert [d.event for d in decisions if d.event] == [f.ENTERED, f.RETURN_STARTED, f.REACTIVATED]  # at once: overflow above the share
+    assert decisions[-1].share == pytest.approx(50 / 150)
+
+
+def noisy_latency(seed: int, ticks: int, centre: float, spread: float) -> np.ndarray:
+    return np.random.default_rng(seed).normal(centre, spread, ticks)
+
+
+def test_noisy_signal_around_the_slo_does_not_flap():
+    """p99 swinging ±0.3 s around the SLO every tick: readings over it rarely last 30 s; whatever it
+    does, it changes phase at most a handful of times over an hour, never tick to tick."""
+    latencies = noisy_latency(1, 240, 1.0, 0.3)
+    decisions = run([dict(demand=105.0, latency=float(x), ready=10, arriving=(10_000.0,)) for x in latencies])
+    events = [(i, d.event) for i, d in enumerate(decisions) if d.event]
+    assert [e for _, e in events] == [f.ENTERED]  # one entry in an hour, no return while it stays noisy
+    # Never back to the primary within the exit hysteresis after an entry (M + the stepped return).
+    entered = [i for i, e in events if e in (f.ENTERED, f.REACTIVATED)]
+    restored = [i for i, e in events if e == f.RESTORED]
+    for start in entered:
+        later = [r for r in restored if r > start]
+        assert not later or (later[0] - start) * TICK >= POLICY.exit_after_s + 2 * POLICY.return_step_hold_s
+    # Inside one active spell the share never goes down.
+    for a, b in zip(decisions, decisions[1:]):
+        if a.phase == b.phase == ACTIVE:
+            assert b.share >= a.share
+
+
+def test_noisy_signal_below_the_exit_threshold_returns_once():
+    """After an overload, latency noise under the SLO but around the exit threshold: the return
+    waits for M calm seconds in a row and happens once, with no re-entry."""
+    rng = np.random.default_rng(7)
+    calm = [dict(RECOVERED, latency=float(x)) for x in rng.normal(0.7, 0.1, 120)]
+    decisions = run([SURGE] * 3 + calm)
+    events = [d.event for d in decisions if d.event]
+    assert events == [f.ENTERED, f.RETURN_STARTED, f.RESTORED]
+
+
+def test_noisy_signal_below_the_slo_never_enters():
+    latencies = noisy_latency(3, 240, 0.6, 0.15)
+    decisions = run([dict(demand=95.0, latency=float(min(x, 0.99))) for x in latencies])
+    assert all(d.phase == INACTIVE for d in decisions)
+
+
+def test_priority_class_never_falls_back_by_default():
+    assert not FallbackPolicy().may_fall_back(f.PRIORITY)
+    assert FallbackPolicy().may_fall_back(f.STANDARD)
+    assert FallbackPolicy(classes=frozenset({f.PRIORITY, f.STANDARD})).may_fall_back(f.PRIORITY)
+
+
+@pytest.mark.parametrize("field_values, message", [
+    (dict(return_steps=(0.5, 0.25)), "end at 0.0"),
+    (dict(return_steps=(0.25, 0.5, 0.0)), "must not increase"),
+    (dict(exit_latency_ratio=1.5), "exit_latency_ratio"),
+    (dict(target_utilisation=0.0), "target_utilisation"),
+    (dict(min_share=0.5, max_share=0.2), "min_share"),
+])
+def test_bad_policy_is_refused(field_values, message):
+    with pytest.raises(ValueError, match=message):
+        FallbackPolicy(**field_values)
+
+
+def test_fallback_step_reads_the_plans_slo_signal_and_credits_arriving_at_the_cold_start():
+    plan = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=40, slo_latency_s=1.0, slo_signal="ttft_p99_s",
+                    cold_start_p95_s=90.0)
+
+    def signals(p99: float) -> PoolSignals:
+        return PoolSignals(pool="chat", ttft_p95_s=Reading(0.5, 1.0), ttft_p99_s=Reading(p99, 1.0),
+                           ready_replicas=Reading(10, 1.0), desired_replicas=Reading(15, 1.0))
+
+    state = FallbackState()
+    policy = replace(POLICY, entry_after_s=0.0)
+    late = fallback_step(100.0, signals(2.0), plan, state, policy, demand_rps=150.0, eligible_share=1.0,
+                         arriving_requested_at_s=(50.0,) * 5)  # ready at 140 s: later than 100 + 15
+    assert late.phase == ACTIVE and late.share == pytest.approx(50 / 150)
+    soon = fallback_step(100.0, signals(2.0), plan, state, policy, demand_rps=150.0, eligible_share=1.0,
+                         arriving_requested_at_s=(20.0,) * 5)  # ready at 110 s: in time
+    assert soon.phase == INACTIVE
+    p95_only = fallback_step(100.0, signals(0.5), plan, state, policy, demand_rps=150.0, eligible_share=1.0,
+                             arriving_requested_at_s=(50.0,) * 5)
+    assert p95_only.phase == INACTIVE  # the plan judges by p99, which is fine here
