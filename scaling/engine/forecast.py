@@ -29,6 +29,7 @@ import csv
 import json
 import math
 import sys
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -51,7 +52,10 @@ SEASONS_WEEKLY = 2
 WEIGHT_HALF_LIFE_S = 12 * 3600.0  # memory of the blend's error scores
 RESIDUAL_WINDOW_S = 3 * DAY_S  # residuals the p90 is calibrated on
 MIN_RESIDUALS = 10  # below this the p90 is wide: 2x the expected or the recent peak
-ACI_STEP = 0.005  # adaptive conformal inference learning rate
+# Adaptive conformal inference learning rate: the smallest of 0.005, 0.01, 0.02, 0.03 whose p90 covers
+# >= 90 % on every training series (ServeGen m-small days 0-6 each alone, Azure code at 5 and 30 min);
+# judged on days 7-13 and conv (docs/benchmarks.md, "Forecast").
+ACI_STEP = 0.01
 # `trend`: damped Holt linear trend (Gardner & McKenzie 1985). The constants are chosen per origin
 # from TREND_GRID by the method's own scored errors; these are the setting used before any score.
 TREND_ALPHA = 0.5  # level smoothing
@@ -581,6 +585,10 @@ class Backtest:
     persistence_accuracy: float
     p90_coverage: float
     mean_overshoot: float
+    wape: float  # weighted absolute percentage error of the expected value: sum |error| / sum actual
+    persistence_wape: float
+    wape_vs_persistence: float  # wape / persistence_wape - 1: below 0 is better than persistence
+    seconds: float  # CPU time of the walk-forward forecasts
 
 
 def _accuracy(predicted: np.ndarray, actual: np.ndarray) -> float:
@@ -589,20 +597,27 @@ def _accuracy(predicted: np.ndarray, actual: np.ndarray) -> float:
     return 1.0 - float(np.abs(predicted - actual).sum()) / total if total > 0 else float("nan")
 
 
-def backtest(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD) -> Backtest:
-    """Score every forecast whose origin and target are both real data (gap windows are skipped)."""
+def backtest(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD,
+             score_from_s: float = 0.0) -> Backtest:
+    """Score every forecast whose origin and target are both real data (gap windows are skipped) and
+    whose target is at least `score_from_s` after the series' start (learned from, not scored, before)."""
+    started = time.process_time()
     path = forecast_path(series, horizon_s, method)
+    seconds = time.process_time() - started
     h = path.horizon_steps
     values = np.where(series.valid, series.rates_rps, np.nan)
     origin = values[:-h] if h < len(values) else np.array([])
     actual = values[h:]
     expected, upper = path.expected[: len(actual)], path.p90[: len(actual)]
-    scored = np.isfinite(origin) & np.isfinite(actual) & np.isfinite(expected) & np.isfinite(upper)
+    targets_s = series.step_s * np.arange(h, len(values))
+    scored = (np.isfinite(origin) & np.isfinite(actual) & np.isfinite(expected) & np.isfinite(upper)
+              & (targets_s >= score_from_s - 1e-9))
     if not scored.any():
         raise SeriesError("no point to score: the series is shorter than the horizon or all gaps")
     actual, expected, upper, origin = actual[scored], expected[scored], upper[scored], origin[scored]
     covered = upper >= actual
     overshoot_at = covered & (actual > 0)
+    wape, persistence_wape = 1.0 - _accuracy(expected, actual), 1.0 - _accuracy(origin, actual)
     return Backtest(
         method=method,
         points=int(scored.sum()),
@@ -610,7 +625,21 @@ def backtest(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: s
         persistence_accuracy=round(_accuracy(origin, actual), 4),
         p90_coverage=round(float(covered.mean()), 4),
         mean_overshoot=round(float((upper[overshoot_at] / actual[overshoot_at] - 1).mean()), 4) if overshoot_at.any() else 0.0,
+        wape=round(wape, 4),
+        persistence_wape=round(persistence_wape, 4),
+        wape_vs_persistence=round(wape / persistence_wape - 1, 4) if persistence_wape > 0 else 0.0,
+        seconds=round(seconds, 3),
     )
+
+
+def cut_days(series: RateSeries, first_day: float, last_day: float) -> RateSeries:
+    """The steps from `first_day` (inclusive) to `last_day` (exclusive), in days from the start: a
+    shorter series, as if the trace began there (the forecast sees nothing before it)."""
+    per_day = DAY_S / series.step_s
+    lo, hi = int(round(first_day * per_day)), int(round(last_day * per_day))
+    if not 0 <= lo < hi or lo >= len(series):
+        raise SeriesError(f"--days {first_day:g}:{last_day:g} is outside the trace ({len(series) / per_day:.2f} days)")
+    return RateSeries(series.step_s, series.rates_rps[lo:hi], series.valid[lo:hi], series.start_s + lo * series.step_s)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -630,6 +659,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=None, help="bin width in seconds (Azure default 60; ServeGen: a multiple of 600)")
     parser.add_argument("--horizon-min", type=float, default=DEFAULT_HORIZON_S / 60)
     parser.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD)
+    parser.add_argument("--days", metavar="FIRST:LAST", help="only these days of the trace (e.g. 0:1 the first day alone)")
+    parser.add_argument("--score-from-day", type=float, default=0.0, metavar="D",
+                        help="learn from the whole series, score only targets from day D on (held-out data)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
     if args.horizon_min <= 0:
@@ -643,7 +675,16 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.horizon_min * 60 / series.step_s
         if steps < 1 - 1e-9 or abs(steps - round(steps)) > 1e-9:
             raise SeriesError(f"--horizon-min {args.horizon_min:g} is not a whole number of {series.step_s:g}-s steps")
-        result = backtest(series, args.horizon_min * 60, args.method)
+        if args.days is not None:
+            first, _, last = args.days.partition(":")
+            try:
+                days = float(first), float(last)
+            except ValueError:
+                raise SeriesError(f"--days expects FIRST:LAST in days, got {args.days!r}") from None
+            series = cut_days(series, *days)
+        if args.score_from_day < 0:
+            raise SeriesError("--score-from-day must be at least 0")
+        result = backtest(series, args.horizon_min * 60, args.method, args.score_from_day * DAY_S)
     except (SeriesError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ class Percentiles:
 
 
 QUANTILE_RESOLUTION = 0.001  # weighted quantiles are exact to 0.1 % (log-spaced buckets)
+FEW_POINTS = 20_000  # up to this many points the buckets are found by sorting
 
 
 def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights: np.ndarray | None = None) -> list[float]:
@@ -34,6 +35,14 @@ def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights
     floor = 1e-6
     step = np.log1p(QUANTILE_RESOLUTION)
     index = np.floor(np.log(np.maximum(values, floor) / floor) / step).astype(np.int64)
+    if index.size <= FEW_POINTS:
+        # A tick's window of points: sorting them finds the same buckets without a cumulative sum
+        # over every bucket up to the largest (about 14,000 for a second), which each tick paid.
+        order = np.argsort(index, kind="stable")
+        cumulative = np.cumsum(np.asarray(weights, dtype=float)[order])
+        found = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
+        positions = index[order][np.minimum(found, index.size - 1)]
+        return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
     cumulative = np.cumsum(np.bincount(index, weights=weights))
     positions = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
     return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
