@@ -36,12 +36,12 @@ def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights
     step = np.log1p(QUANTILE_RESOLUTION)
     index = np.floor(np.log(np.maximum(values, floor) / floor) / step).astype(np.int64)
     if index.size <= FEW_POINTS:
-        # A tick's window of points: sorting them finds the same buckets without a cumulative sum
-        # over every bucket up to the largest (about 14,000 for a second), which each tick paid.
-        order = np.argsort(index, kind="stable")
-        cumulative = np.cumsum(np.asarray(weights, dtype=float)[order])
-        found = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
-        positions = index[order][np.minimum(found, index.size - 1)]
+        # A tick's window of points: the same sums over only the buckets that hold a point, instead
+        # of a cumulative sum over every bucket up to the largest (about 14,000 for a second). The
+        # additions are the same and in the same order (an empty bucket adds 0), so the answer is too.
+        buckets, inverse = np.unique(index, return_inverse=True)
+        cumulative = np.cumsum(np.bincount(inverse, weights=weights))
+        positions = buckets[np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])]
         return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
     cumulative = np.cumsum(np.bincount(index, weights=weights))
     positions = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
