@@ -79,8 +79,9 @@ def compare(times: np.ndarray, rates: np.ndarray, which: str, every: int) -> dic
         if i % every or now < 2 * 3600:
             continue
         end = float(now) + steps * bin_s  # the bin forecast at a tick on the bin grid: (end - bin, end]
-        inside = (times > end - bin_s) & (times <= end)
-        actual = float(np.nanmean(rates[inside])) if inside.any() else math.nan
+        inside = rates[(times > end - bin_s) & (times <= end)]
+        inside = inside[np.isfinite(inside)]
+        actual = float(inside.mean()) if inside.size else math.nan
         if which == "lead":
             new = (lead.expected_rps, lead.p90_rps) if lead else (math.nan, math.nan)
             window, method, memory = decide.RECENT_HISTORY_S, decide.LEAD_METHOD, decide.LEAD_MEMORY

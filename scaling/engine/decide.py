@@ -16,7 +16,6 @@ at once, everything else after a configurable approval delay.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -172,14 +171,20 @@ def binned_rates(times: np.ndarray, rates: np.ndarray, since_s: float, now_s: fl
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def advance(binned: BinnedForecast | None, history: PoolHistory, now_s: float, rate_now: float, bin_s: float,
-            history_s: float, make: Callable[[], OnlineForecast]) -> tuple[BinnedForecast, float | None]:
+def advance(binned: BinnedForecast | None, history: PoolHistory, now_s: float, rate_now: float, history_s: float,
+            spec: tuple[str, float, int, ForecastMemory]) -> tuple[BinnedForecast, float | None]:
     """Feed the forecaster every bin completed since its last one (this tick's reading included), and
-    the time of the newest known rate among the samples read. A forecaster that does not exist yet, or
-    that fell behind by more than `history_s`, starts afresh from the last `history_s` of history."""
+    the time of the newest known rate among the samples read. A forecaster that does not exist yet,
+    that fell behind by more than `history_s`, or that was made for another method, bin, horizon or
+    memory (a pool whose measured cold start changed its lead time) starts afresh from the last
+    `history_s` of history. `spec` is (method, bin seconds, horizon in bins, memory)."""
+    method, bin_s, horizon, memory = spec
     complete_s = math.floor(now_s / bin_s + 1e-9) * bin_s
-    if binned is None or binned.end_s < complete_s - history_s or binned.end_s > complete_s:
-        binned = BinnedForecast(make(), complete_s - math.floor(history_s / bin_s) * bin_s)
+    if (binned is None or binned.end_s < complete_s - history_s or binned.end_s > complete_s
+            or (binned.forecaster.method, binned.forecaster.step_s, binned.forecaster.horizon,
+                binned.forecaster.memory) != spec):
+        binned = BinnedForecast(OnlineForecast(method, bin_s, horizon, memory),
+                                complete_s - math.floor(history_s / bin_s) * bin_s)
     if binned.end_s >= complete_s:
         return binned, None
     times, rates = history.rates_since(binned.end_s)
@@ -199,14 +204,12 @@ def _point(binned: BinnedForecast, horizon_s: float) -> ForecastPoint | None:
     return point if point.usable else None
 
 
-def _lead_forecaster(pool: PoolPlan) -> Callable[[], OnlineForecast]:
-    horizon = max(int(round(pool.lead_s / FORECAST_BIN_S)), 1)
-    return lambda: OnlineForecast(LEAD_METHOD, FORECAST_BIN_S, horizon, LEAD_MEMORY)
+def _lead_spec(pool: PoolPlan) -> tuple[str, float, int, ForecastMemory]:
+    return LEAD_METHOD, FORECAST_BIN_S, max(int(round(pool.lead_s / FORECAST_BIN_S)), 1), LEAD_MEMORY
 
 
-def _long_forecaster(pool: PoolPlan) -> Callable[[], OnlineForecast]:
-    horizon = max(int(round(pool.prescale_horizon_s / SEASONAL_BIN_S)), 1)
-    return lambda: OnlineForecast(SEASONAL_METHOD, SEASONAL_BIN_S, horizon, DEFAULT_MEMORY)
+def _long_spec(pool: PoolPlan) -> tuple[str, float, int, ForecastMemory]:
+    return SEASONAL_METHOD, SEASONAL_BIN_S, max(int(round(pool.prescale_horizon_s / SEASONAL_BIN_S)), 1), DEFAULT_MEMORY
 
 
 def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: float, state: DecideState
@@ -215,10 +218,8 @@ def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: floa
     expected value of it and the lead-time forecast, the larger p90), the recent complete 1-minute bins,
     and the advanced state. Each forecaster takes a bin once it is complete and is otherwise not
     touched, so a tick costs the same after a week as after a minute."""
-    lead, newest_lead = advance(state.lead, history, now_s, rate_now, FORECAST_BIN_S, RECENT_HISTORY_S,
-                                _lead_forecaster(pool))
-    long, newest_long = advance(state.long, history, now_s, rate_now, SEASONAL_BIN_S, SEASONAL_HISTORY_S,
-                                _long_forecaster(pool))
+    lead, newest_lead = advance(state.lead, history, now_s, rate_now, RECENT_HISTORY_S, _lead_spec(pool))
+    long, newest_long = advance(state.long, history, now_s, rate_now, SEASONAL_HISTORY_S, _long_spec(pool))
     newest = max((t for t in (state.newest_rate_s, newest_lead, newest_long) if t is not None), default=None)
     if math.isfinite(rate_now):
         newest = now_s

@@ -209,3 +209,16 @@ def test_the_forecasters_state_is_kept_with_the_pool_and_loads_as_it_was():
     from_stored = decide.forecasts(history, pool, 6060.0, 12.0, loaded)[:2]
     kept = decide.forecasts(history, pool, 6060.0, 12.0, state)[:2]
     assert from_stored == kept and kept[0] is not None
+
+
+def test_a_pool_whose_lead_time_changed_gets_a_forecaster_for_the_new_one():
+    history, state = _Recorded(), decide.DecideState()
+    for tick in range(1, 200):
+        history.times.append(tick * 15.0)
+        history.rates.append(10.0)
+    quick = planner.PoolPlan(capacity_rps_per_replica=5.0, cold_start_p95_s=90.0)  # lead 2 minutes
+    slow = planner.PoolPlan(capacity_rps_per_replica=5.0, cold_start_p95_s=270.0)  # a measured cold start: 5 minutes
+    _, _, _, state = decide.forecasts(history, quick, 3000.0, 10.0, state)
+    assert state.lead.forecaster.horizon == 2
+    lead, _, _, state = decide.forecasts(history, slow, 3015.0, 10.0, state)
+    assert state.lead.forecaster.horizon == round(slow.lead_s / 60) and lead.horizon_s == slow.lead_s
