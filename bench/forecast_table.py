@@ -70,8 +70,9 @@ def main() -> int:
     print("| series | data | method | points | WAPE | persistence WAPE | WAPE vs persistence | p90 coverage | CPU s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in table:
-        print(f"| {r['series']} | {r['role']} | `{r['method']}` | {r['points']} | {r['wape']:.4f} | {r['persistence_wape']:.4f} "
-              f"| {r['wape_vs_persistence']:+.2%} | {r['p90_coverage']:.3f} | {r['seconds']:.2f} |")
+        print(f"| {r['series']} | {r['role']} | `{r['method']}` | {r['points']} | {r['wape']:.4f} "
+              f"| {r['persistence_wape']:.4f} | {r['wape_vs_persistence']:+.2%} | {r['p90_coverage']:.3f} "
+              f"| {r['seconds']:.2f} |")
     return 0
 
 

@@ -226,7 +226,8 @@ def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: floa
     seasonal = state.seasonal
     if seasonal.made_at_s != long.end_s:
         far_now = _point(long, pool.prescale_horizon_s)
-        seasonal = SeasonalCache(long.end_s, far_now.expected_rps if far_now else None, far_now.p90_rps if far_now else None)
+        seasonal = SeasonalCache(long.end_s, far_now.expected_rps if far_now else None,
+                                 far_now.p90_rps if far_now else None)
     state = replace(state, seasonal=seasonal, lead=lead, long=long, newest_rate_s=newest)
     recent = lead.forecaster.recent(int(RECENT_HISTORY_S / FORECAST_BIN_S))
     if newest is None or now_s - newest > HISTORY_MAX_AGE_S:

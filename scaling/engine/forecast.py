@@ -16,8 +16,9 @@ Methods (all causal: a forecast made at step t uses data up to t only):
   horizon (causal). Meant for short horizons (the planner's lead time); `adaptive` stays the default.
 
 The p90 is calibrated online from the method's own recent errors: a split-conformal quantile of
-the last 3 days of residuals (`ForecastMemory`; the planner's lead-time forecast keeps an hour) on a shifted-log scale (so it scales with the level and survives
-zeros), raised by adaptive conformal inference whenever recent misses run above 10 %.
+the last 3 days of residuals (`ForecastMemory`; the planner's lead-time forecast keeps an hour) on a
+shifted-log scale (so it scales with the level and survives zeros), raised by adaptive conformal
+inference whenever recent misses run above 10 %.
 
 `forecast_path` computes every origin's forecast of a whole series; `OnlineForecast` gives the same
 numbers one step at a time from a bounded state (what the live loop and the replay run: a tick
