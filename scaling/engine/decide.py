@@ -16,7 +16,7 @@ at once, everything else after a configurable approval delay.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -228,7 +228,7 @@ def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: floa
         far_now = _point(long, pool.prescale_horizon_s)
         seasonal = SeasonalCache(long.end_s, far_now.expected_rps if far_now else None,
                                  far_now.p90_rps if far_now else None)
-    state = replace(state, seasonal=seasonal, lead=lead, long=long, newest_rate_s=newest)
+    state = DecideState(state.planner, seasonal, lead, long, newest)  # (not `replace`: it runs every tick)
     recent = lead.forecaster.recent(int(RECENT_HISTORY_S / FORECAST_BIN_S))
     if newest is None or now_s - newest > HISTORY_MAX_AGE_S:
         return None, None, recent, state  # history that stopped arriving is no forecast of now
@@ -279,7 +279,8 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
         approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent),
     )
     decision = planner.plan(inputs, pool, state.planner)
-    return Step(decision, inputs, recent, replace(state, planner=decision.state))
+    return Step(decision, inputs, recent, DecideState(decision.state, state.seasonal, state.lead, state.long,
+                                                      state.newest_rate_s))
 
 
 def proposed_change(decision: Decision, min_replicas: int, max_replicas: int) -> tuple[str, int] | None:
