@@ -142,7 +142,9 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
                 SignalSample(pool=pool, at=datetime.fromtimestamp(at, now.tzinfo), request_rate_rps=rate)
                 for at, rate in points
             )
-            PlannerMemory.objects.update_or_create(pool=pool, defaults={"history_backfilled_at": now})
+            # The forecasters start afresh from the history that now includes the backfill.
+            PlannerMemory.objects.update_or_create(pool=pool, defaults={"history_backfilled_at": now,
+                                                                        "seasonal_forecast": {}})
     return {}
 
 
@@ -198,9 +200,8 @@ def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime
               ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
     """The decide step's forecasts from the stored history (refreshing the cached 30-minute one)."""
     state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
-    lead, peak, recent, seasonal = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan,
-                                                    state.seasonal)
-    memory.seasonal_forecast = decide.seasonal_dict(seasonal)
+    lead, peak, recent, state = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan, state)
+    memory.seasonal_forecast = decide.forecast_dict(state)
     return lead, peak, recent
 
 
@@ -329,7 +330,7 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
                              schedule_windows(pool, plan, now))
         decision = step.decision
         memory.state = step.state.planner.to_dict()
-        memory.seasonal_forecast = decide.seasonal_dict(step.state.seasonal)
+        memory.seasonal_forecast = decide.forecast_dict(step.state)
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None

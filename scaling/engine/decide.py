@@ -4,9 +4,10 @@ The live loop (`scaling/loop.py`) and the replay's `headroom` policy (`scaling/s
 headroom.py`) both call `decide()` with the same inputs: the pool's `PoolPlan`, this tick's
 `PoolSignals`, the persisted `DecideState` and a `PoolHistory`. The history is the only thing the
 two hold differently (the loop reads it from the database, the replay keeps it in memory), so it
-is one small interface. The step bins the stored request rates, remakes the lead-time forecast
-every tick, refreshes the 30-minute forecast on its own cadence (cached in the state), takes the
-recent peak, credits arriving replicas at their expected ready time and runs the planner.
+is one small interface. The step feeds the two forecasters (lead time and 30 minutes) each request-rate
+bin on the clock as it completes (incremental: a tick costs the same after a week as after a
+minute; the state is kept between ticks), takes the recent peak, credits arriving replicas at their
+expected ready time and runs the planner.
 
 `ApprovalModel` is the replay's stand-in for the people and the policy that approve proposals:
 what `scaling/services.py` approves by policy (reactive scale-ups within the guardrail) is applied
@@ -22,19 +23,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from scaling.engine import planner
-from scaling.engine.forecast import forecast
+from scaling.engine.forecast import DEFAULT_MEMORY, ForecastMemory, OnlineForecast
 from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow
 from scaling.engine.queue_depth import QueueDepthPolicy
-from scaling.engine.rate_series import from_values
 from scaling.engine.signals import PoolSignals
 
-FORECAST_BIN_S = 60.0  # stored rates are averaged into 1-minute bins for the lead-time forecast
-RECENT_HISTORY_S = 3600.0  # the lead-time forecast reads the last hour of those bins
-SEASONAL_BIN_S = 600.0  # the 30-minute forecast reads 10-minute bins over up to 8 days
-SEASONAL_HISTORY_S = 8 * 86_400.0  # a week and a day: daily and weekly seasons
-SEASONAL_EVERY_S = 300.0  # and is remade every 5 minutes
+FORECAST_BIN_S = 60.0  # the lead-time forecast reads 1-minute bins (on the clock's minutes)...
+RECENT_HISTORY_S = 3600.0  # ...remembers an hour of them, and starts from the last hour of history
+SEASONAL_BIN_S = 600.0  # the 30-minute forecast reads 10-minute bins...
+SEASONAL_HISTORY_S = 8 * 86_400.0  # ...and starts from up to 8 days of history: daily and weekly seasons
 PEAK_WINDOW_S = 1800.0  # the recent peak: the highest 1-minute bin of the last 30 minutes
 HISTORY_MAX_AGE_S = 300.0  # history whose newest known rate is older than this is no forecast of now
+# The lead-time forecast's memory: today's traffic, not last week's (residuals of the last hour,
+# scores with a 30-minute half-life); the 30-minute forecast keeps the backtested default (3 days, 12 h).
+LEAD_MEMORY = ForecastMemory(residual_s=RECENT_HISTORY_S, score_half_life_s=1800.0)
 LEAD_METHOD = "trend"  # self-tuned damped trend (docs/engine.md, "The lead-time forecast's method")
 SEASONAL_METHOD = "adaptive"
 DECISION_DELAY_S = 30.0  # a tick, an approval within the guardrails and the API call
@@ -72,20 +74,43 @@ class PoolHistory(Protocol):
 
 @dataclass(frozen=True)
 class SeasonalCache:
-    """The last 30-minute forecast and when it was made (refreshed every SEASONAL_EVERY_S)."""
+    """The last 30-minute forecast and the end of the 10-minute bin it was made at."""
 
     made_at_s: float | None = None
     expected_rps: float | None = None
     p90_rps: float | None = None
 
-    def due(self, now_s: float) -> bool:
-        return self.made_at_s is None or now_s - self.made_at_s >= SEASONAL_EVERY_S - 1e-9
+
+@dataclass
+class BinnedForecast:
+    """An `OnlineForecast` fed with a pool's rates in bins on the clock (each bin `(end - bin, end]`),
+    one bin as soon as it is complete; `end_s` is the end of the last bin fed."""
+
+    forecaster: OnlineForecast
+    end_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"end_s": self.end_s, "forecaster": self.forecaster.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> BinnedForecast | None:
+        if not data:
+            return None
+        try:
+            return cls(OnlineForecast.from_dict(data["forecaster"]), float(data["end_s"]))
+        except (KeyError, TypeError, ValueError):
+            return None  # a state some other version wrote: rebuilt from the history
 
 
 @dataclass(frozen=True)
 class DecideState:
+    """What a pool's decide step keeps between ticks. The forecasters are advanced in place."""
+
     planner: PlannerState = field(default_factory=PlannerState)
     seasonal: SeasonalCache = field(default_factory=SeasonalCache)
+    lead: BinnedForecast | None = field(default=None, compare=False)
+    long: BinnedForecast | None = field(default=None, compare=False)
+    newest_rate_s: float | None = None  # when the newest known request rate was read
 
 
 @dataclass(frozen=True)
@@ -146,44 +171,76 @@ def binned_rates(times: np.ndarray, rates: np.ndarray, since_s: float, now_s: fl
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def forecast_point(values: np.ndarray, step_s: float, horizon_s: float, method: str) -> ForecastPoint | None:
-    """A forecast from binned rates ending now; None with too little history, or when it stopped
-    arriving (its newest known bin older than HISTORY_MAX_AGE_S): that is no forecast of now."""
-    finite = np.flatnonzero(np.isfinite(values))
-    if finite.size < 2 or (len(values) - 1 - finite[-1]) * step_s > HISTORY_MAX_AGE_S:
+def advance(binned: BinnedForecast | None, history: PoolHistory, now_s: float, rate_now: float, history_s: float,
+            spec: tuple[str, float, int, ForecastMemory]) -> tuple[BinnedForecast, float | None]:
+    """Feed the forecaster every bin completed since its last one (this tick's reading included), and
+    the time of the newest known rate among the samples read. A forecaster that does not exist yet,
+    that fell behind by more than `history_s`, or that was made for another method, bin, horizon or
+    memory (a pool whose measured cold start changed its lead time) starts afresh from the last
+    `history_s` of history. `spec` is (method, bin seconds, horizon in bins, memory)."""
+    method, bin_s, horizon, memory = spec
+    complete_s = math.floor(now_s / bin_s + 1e-9) * bin_s
+    if (binned is None or binned.end_s < complete_s - history_s or binned.end_s > complete_s
+            or (binned.forecaster.method, binned.forecaster.step_s, binned.forecaster.horizon,
+                binned.forecaster.memory) != spec):
+        binned = BinnedForecast(OnlineForecast(method, bin_s, horizon, memory),
+                                complete_s - math.floor(history_s / bin_s) * bin_s)
+    if binned.end_s >= complete_s:
+        return binned, None
+    times, rates = history.rates_since(binned.end_s)
+    times, rates = np.append(times, now_s), np.append(rates, rate_now)
+    for value in binned_rates(times, rates, binned.end_s, complete_s, bin_s):
+        binned.forecaster.update(value)
+    binned.end_s = complete_s
+    known = times[np.isfinite(rates)]
+    return binned, float(known.max()) if known.size else None
+
+
+def _point(binned: BinnedForecast, horizon_s: float) -> ForecastPoint | None:
+    made = binned.forecaster
+    if made.known < 2:
         return None
-    made = forecast(from_values(values[finite[0]:], step_s), horizon_s, method)
-    point = ForecastPoint(horizon_s, made.expected_rps, made.p90_rps)
+    point = ForecastPoint(horizon_s, made.expected, made.p90)
     return point if point.usable else None
 
 
-def _with_now(history: PoolHistory, since_s: float, now_s: float, rate_now: float) -> tuple[np.ndarray, np.ndarray]:
-    times, rates = history.rates_since(since_s)
-    return np.append(times, now_s), np.append(rates, rate_now)
+def _lead_spec(pool: PoolPlan) -> tuple[str, float, int, ForecastMemory]:
+    return LEAD_METHOD, FORECAST_BIN_S, max(int(round(pool.lead_s / FORECAST_BIN_S)), 1), LEAD_MEMORY
 
 
-def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: float, seasonal: SeasonalCache
-              ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray, SeasonalCache]:
-    """The lead-time forecast (1-minute bins, every tick), the 30-minute peak (10-minute bins over
-    days, refreshed every 5 minutes: the larger expected value of it and the lead-time forecast,
-    the larger p90), the recent bins, and the refreshed cache."""
-    times, rates = _with_now(history, now_s - RECENT_HISTORY_S, now_s, rate_now)
-    recent = binned_rates(times, rates, now_s - RECENT_HISTORY_S, now_s, FORECAST_BIN_S)
-    lead = forecast_point(recent, FORECAST_BIN_S, pool.lead_s, LEAD_METHOD)
-    if seasonal.due(now_s):
-        long_times, long_rates = _with_now(history, now_s - SEASONAL_HISTORY_S, now_s, rate_now)
-        coarse = binned_rates(long_times, long_rates, now_s - SEASONAL_HISTORY_S, now_s, SEASONAL_BIN_S)
-        far = (forecast_point(coarse, SEASONAL_BIN_S, pool.prescale_horizon_s, SEASONAL_METHOD)
-               or forecast_point(recent, FORECAST_BIN_S, pool.prescale_horizon_s, SEASONAL_METHOD))
-        seasonal = SeasonalCache(now_s, far.expected_rps if far else None, far.p90_rps if far else None)
+def _long_spec(pool: PoolPlan) -> tuple[str, float, int, ForecastMemory]:
+    return SEASONAL_METHOD, SEASONAL_BIN_S, max(int(round(pool.prescale_horizon_s / SEASONAL_BIN_S)), 1), DEFAULT_MEMORY
+
+
+def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: float, state: DecideState
+              ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray, DecideState]:
+    """The lead-time forecast (1-minute bins), the 30-minute peak (10-minute bins over days: the larger
+    expected value of it and the lead-time forecast, the larger p90), the recent complete 1-minute bins,
+    and the advanced state. Each forecaster takes a bin once it is complete and is otherwise not
+    touched, so a tick costs the same after a week as after a minute."""
+    lead, newest_lead = advance(state.lead, history, now_s, rate_now, RECENT_HISTORY_S, _lead_spec(pool))
+    long, newest_long = advance(state.long, history, now_s, rate_now, SEASONAL_HISTORY_S, _long_spec(pool))
+    newest = max((t for t in (state.newest_rate_s, newest_lead, newest_long) if t is not None), default=None)
+    if math.isfinite(rate_now):
+        newest = now_s
+    seasonal = state.seasonal
+    if seasonal.made_at_s != long.end_s:
+        far_now = _point(long, pool.prescale_horizon_s)
+        seasonal = SeasonalCache(long.end_s, far_now.expected_rps if far_now else None,
+                                 far_now.p90_rps if far_now else None)
+    state = DecideState(state.planner, seasonal, lead, long, newest)  # (not `replace`: it runs every tick)
+    recent = lead.forecaster.recent(int(RECENT_HISTORY_S / FORECAST_BIN_S))
+    if newest is None or now_s - newest > HISTORY_MAX_AGE_S:
+        return None, None, recent, state  # history that stopped arriving is no forecast of now
+    near = _point(lead, pool.lead_s)
     far = (ForecastPoint(pool.prescale_horizon_s, seasonal.expected_rps, seasonal.p90_rps)
            if seasonal.expected_rps is not None and seasonal.p90_rps is not None else None)
-    if lead is None:
-        return None, far, recent, seasonal
+    if near is None:
+        return None, far, recent, state
     if far is None:
-        return lead, lead, recent, seasonal
-    peak = far if far.expected_rps >= lead.expected_rps else lead
-    return lead, ForecastPoint(far.horizon_s, peak.expected_rps, max(lead.p90_rps, far.p90_rps)), recent, seasonal
+        return near, near, recent, state
+    peak = far if far.expected_rps >= near.expected_rps else near
+    return near, ForecastPoint(far.horizon_s, peak.expected_rps, max(near.p90_rps, far.p90_rps)), recent, state
 
 
 def recent_peak_rps(recent: np.ndarray) -> float | None:
@@ -211,7 +268,7 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
     """Forecast from the history, assemble the planner's input and plan: the one decide step."""
     rate = signals.request_rate_rps
     rate_now = float(rate.value) if rate.is_known else math.nan  # type: ignore[arg-type]
-    lead, peak, recent, seasonal = forecasts(history, pool, now_s, rate_now, state.seasonal)
+    lead, peak, recent, state = forecasts(history, pool, now_s, rate_now, state)
     arriving = signals.arriving_replicas
     arriving_count = max(0, int(round(arriving.value))) if arriving.is_known else 0  # type: ignore[arg-type]
     inputs = PlanInput(
@@ -222,7 +279,8 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
         approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent),
     )
     decision = planner.plan(inputs, pool, state.planner)
-    return Step(decision, inputs, recent, DecideState(decision.state, seasonal))
+    return Step(decision, inputs, recent, DecideState(decision.state, state.seasonal, state.lead, state.long,
+                                                      state.newest_rate_s))
 
 
 def proposed_change(decision: Decision, min_replicas: int, max_replicas: int) -> tuple[str, int] | None:
@@ -302,10 +360,24 @@ def decide_state_from(planner_state: dict[str, Any] | None, seasonal: dict[str, 
     seasonal = seasonal or {}
     made_at = seasonal.get("made_at")  # ISO time with its zone
     made_at_s = datetime.fromisoformat(made_at).timestamp() if made_at else None
-    return DecideState(state, SeasonalCache(made_at_s, seasonal.get("expected"), seasonal.get("p90")))
+    newest = seasonal.get("newest_rate_s")
+    return DecideState(state, SeasonalCache(made_at_s, seasonal.get("expected"), seasonal.get("p90")),
+                       lead=BinnedForecast.from_dict(seasonal.get("lead")),
+                       long=BinnedForecast.from_dict(seasonal.get("long")),
+                       newest_rate_s=float(newest) if newest is not None else None)
 
 
 def seasonal_dict(cache: SeasonalCache) -> dict[str, Any]:
     """The cached forecast for `PlannerMemory.seasonal_forecast` (the format it always had)."""
     made_at = None if cache.made_at_s is None else datetime.fromtimestamp(cache.made_at_s, timezone.utc).isoformat()
     return {"made_at": made_at, "expected": cache.expected_rps, "p90": cache.p90_rps}
+
+
+def forecast_dict(state: DecideState) -> dict[str, Any]:
+    """`PlannerMemory.seasonal_forecast`: the cached forecast as it always was, plus the forecasters'
+    state (so the next tick feeds them one bin instead of reading days of history again)."""
+    return seasonal_dict(state.seasonal) | {
+        "lead": state.lead.to_dict() if state.lead else None,
+        "long": state.long.to_dict() if state.long else None,
+        "newest_rate_s": state.newest_rate_s,
+    }

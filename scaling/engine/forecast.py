@@ -16,11 +16,16 @@ Methods (all causal: a forecast made at step t uses data up to t only):
   horizon (causal). Meant for short horizons (the planner's lead time); `adaptive` stays the default.
 
 The p90 is calibrated online from the method's own recent errors: a split-conformal quantile of
-the last 3 days of residuals on a shifted-log scale (so it scales with the level and survives
-zeros), raised by adaptive conformal inference whenever recent misses run above 10 %.
+the last 3 days of residuals (`ForecastMemory`; the planner's lead-time forecast keeps an hour) on a
+shifted-log scale (so it scales with the level and survives zeros), raised by adaptive conformal
+inference whenever recent misses run above 10 %.
+
+`forecast_path` computes every origin's forecast of a whole series; `OnlineForecast` gives the same
+numbers one step at a time from a bounded state (what the live loop and the replay run: a tick
+costs the same after a week as after a minute).
 
 Backtest: `python -m scaling.engine.forecast --backtest PATH [--format auto|servegen|azure|rates]
-[--step-s S] [--horizon-min 30] [--method NAME] --json`.
+[--step-s S] [--horizon-min 30] [--method NAME] [--days A:B] [--score-from-day D] --json`.
 """
 from __future__ import annotations
 
@@ -29,9 +34,12 @@ import csv
 import json
 import math
 import sys
+import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,13 +57,35 @@ SEASONS_WEEKLY = 2
 WEIGHT_HALF_LIFE_S = 12 * 3600.0  # memory of the blend's error scores
 RESIDUAL_WINDOW_S = 3 * DAY_S  # residuals the p90 is calibrated on
 MIN_RESIDUALS = 10  # below this the p90 is wide: 2x the expected or the recent peak
-ACI_STEP = 0.005  # adaptive conformal inference learning rate
+# Adaptive conformal inference learning rate: of 0.005, 0.01, 0.02, 0.03 the smallest with the highest
+# lowest p90 coverage over the training series (ServeGen m-small's first week and days 0-6 each alone,
+# Azure code at 5 and 30 min); judged on the second week, days 7-13 and conv (docs/benchmarks.md, "Forecast").
+ACI_STEP = 0.01
 # `trend`: damped Holt linear trend (Gardner & McKenzie 1985). The constants are chosen per origin
 # from TREND_GRID by the method's own scored errors; these are the setting used before any score.
 TREND_ALPHA = 0.5  # level smoothing
 TREND_BETA = 0.3  # trend smoothing
 TREND_PHI = 0.9  # damping per step: the trend adds at most phi / (1 - phi) = 9 steps of slope
-LOG_SHIFT_FRACTION = 0.1  # shift = 10 % of the running mean rate, so zero rates stay finite
+LOG_SHIFT_FRACTION = 0.1  # shift = 10 % of the mean rate over the residual window, so zero rates stay finite
+
+
+@dataclass(frozen=True)
+class ForecastMemory:
+    """How far back a forecast learns: the residuals its p90 is calibrated on (and the mean rate
+    that scales them), and the half-life of the scores that weight the blend and choose the trend's
+    constants. The backtest's default is days; the planner's lead-time forecast remembers an hour."""
+
+    residual_s: float = RESIDUAL_WINDOW_S
+    score_half_life_s: float = WEIGHT_HALF_LIFE_S
+
+    def residual_steps(self, step_s: float) -> int:
+        return max(int(self.residual_s / step_s), MIN_RESIDUALS)
+
+    def decay(self, step_s: float) -> float:
+        return 0.5 ** (step_s / self.score_half_life_s)
+
+
+DEFAULT_MEMORY = ForecastMemory()
 
 
 @dataclass(frozen=True)
@@ -76,7 +106,9 @@ class ForecastPath:
     horizon_steps: int
 
 
-# ---------------------------------------------------------------------------- candidates
+# ---------------------------------------------------------------------------- shared arithmetic
+# The batch functions below work on whole arrays and `OnlineForecast` one step at a time; they share
+# only these per-step formulas, so that the two give the same numbers (checked on random series).
 
 
 def _forward_fill(values: np.ndarray) -> np.ndarray:
@@ -86,50 +118,94 @@ def _forward_fill(values: np.ndarray) -> np.ndarray:
     return filled
 
 
-def _trailing_mean(values: np.ndarray, window: int) -> np.ndarray:
-    finite = np.isfinite(values)
-    sums = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
-    counts = np.concatenate([[0], np.cumsum(finite)])
-    upper = np.arange(1, len(values) + 1)
-    lower = np.maximum(upper - window, 0)
-    n = counts[upper] - counts[lower]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        means = (sums[upper] - sums[lower]) / n
-    return np.where(n > 0, means, np.nan)
+def _window_mean(window: np.ndarray) -> float:
+    """The mean of the known values of a window (NaN when none is known)."""
+    known = window[np.isfinite(window)]
+    return float(np.sum(known) / known.size) if known.size else math.nan
+
+
+def _trailing_means(values: np.ndarray, window: int) -> np.ndarray:
+    return np.array([_window_mean(values[max(t - window + 1, 0): t + 1]) for t in range(len(values))])
+
+
+def _median_ratio(ratios: np.ndarray) -> float:
+    known = ratios[np.isfinite(ratios)]
+    return float(np.median(known)) if known.size else math.nan
+
+
+def _log_shift(mean_rate: float) -> float:
+    return max(LOG_SHIFT_FRACTION * (mean_rate if math.isfinite(mean_rate) else 0.0), 1e-9)
+
+
+def _trend_update(level: np.ndarray, trend: np.ndarray, y: float, alpha: np.ndarray, beta: np.ndarray,
+                  phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    new_level = alpha * y + (1 - alpha) * (level + phi * trend)
+    return new_level, beta * (new_level - level) + (1 - beta) * phi * trend
+
+
+def _squared_errors(made: np.ndarray, actual: float) -> np.ndarray:
+    ok = np.isfinite(made) & math.isfinite(actual)
+    return np.where(ok, (made - actual) ** 2, 0.0)
+
+
+def _blend(now: np.ndarray, squared: np.ndarray, weight: np.ndarray) -> float:
+    """The adaptive blend of the candidates' forecasts `now` from their decayed squared errors."""
+    usable = np.isfinite(now) & (weight >= 1.0)
+    if not usable.any():
+        # Nothing scored yet: equal weights, the hard-to-beat default of forecast combination.
+        available = now[np.isfinite(now)]
+        return float(available.mean()) if available.size else math.nan
+    mse = np.where(usable, squared / np.maximum(weight, 1e-12), np.inf)
+    if usable[0]:
+        # Persistence is the baseline: a candidate joins only while it has been at least as good.
+        usable &= mse <= mse[0]
+    inverse = 1.0 / np.maximum(mse[usable], 1e-12)
+    return float(np.dot(inverse, now[usable]) / inverse.sum())
+
+
+def _conformal_quantile(residuals: deque[float], level: float) -> float | None:
+    n = len(residuals)
+    rank = math.ceil((n + 1) * level)
+    if n < MIN_RESIDUALS or rank > n:
+        return None
+    return float(np.partition(np.fromiter(residuals, float), rank - 1)[rank - 1])
+
+
+def _upper(expected: float, shift: float, quantile: float | None, recent: np.ndarray) -> float:
+    base = max(expected, 0.0)
+    if quantile is None:
+        # Too few errors seen: stay wide, at least twice the expected and the recent peak.
+        peak = float(np.nanmax(recent)) if np.isfinite(recent).any() else 0.0
+        return max(2.0 * base + shift, peak)
+    return max((base + shift) * math.exp(quantile) - shift, base)
+
+
+def _aci_step(alpha: float, missed: bool) -> float:
+    """Adaptive conformal inference, one-sided: misses above 10 % raise the quantile level; it never
+    drops below the plain conformal 90 % (under-covering costs an SLO)."""
+    target = 1.0 - UPPER_QUANTILE
+    return min(max(alpha + ACI_STEP * (target - (1.0 if missed else 0.0)), 0.001), target)
+
+
+# ---------------------------------------------------------------------------- candidates (batch)
 
 
 def _seasonal_change(values: np.ndarray, period: int, horizon: int, seasons: int) -> np.ndarray:
     """Median over earlier seasons of y[t+h-kP] / y[t-kP]; NaN where no season is available."""
     n = len(values)
-    ratios = np.full((seasons, n), np.nan)
     if period <= horizon:
         return np.full(n, np.nan)
+    ratios = np.full((seasons, n), np.nan)
     for k in range(1, seasons + 1):
         base = np.arange(n) - k * period
-        ahead = base + horizon
         ok = base >= 0
         before = np.full(n, np.nan)
         after = np.full(n, np.nan)
         before[ok] = values[base[ok]]
-        after[ok] = values[ahead[ok]]
+        after[ok] = values[base[ok] + horizon]
         with np.errstate(invalid="ignore", divide="ignore"):
             ratios[k - 1] = np.where(before > 0, after / before, np.nan)
-    if not np.isfinite(ratios).any():
-        return np.full(n, np.nan)
-    with np.errstate(invalid="ignore"), _quiet_all_nan():
-        return np.nanmedian(ratios, axis=0)
-
-
-class _quiet_all_nan:
-    def __enter__(self) -> None:
-        import warnings
-
-        self._catch = warnings.catch_warnings()
-        self._catch.__enter__()
-        warnings.simplefilter("ignore", category=RuntimeWarning)
-
-    def __exit__(self, *exc: object) -> None:
-        self._catch.__exit__(*exc)
+    return np.array([_median_ratio(ratios[:, t]) for t in range(n)])
 
 
 def candidate_forecasts(series: RateSeries, horizon_steps: int) -> dict[str, np.ndarray]:
@@ -142,7 +218,7 @@ def candidate_forecasts(series: RateSeries, horizon_steps: int) -> dict[str, np.
     weekly = last * _seasonal_change(values, week, horizon_steps, SEASONS_WEEKLY)
     return {
         "persistence": last,
-        "mean": _trailing_mean(values, max(horizon_steps, 1)),
+        "mean": _trailing_means(values, max(horizon_steps, 1)),
         "seasonal-daily": np.where(np.isfinite(daily), daily, last),
         "seasonal-weekly": np.where(np.isfinite(weekly), weekly, last),
         "seasonal": np.where(np.isfinite(weekly), weekly, np.where(np.isfinite(daily), daily, last)),
@@ -161,10 +237,19 @@ def damped_trend(values: np.ndarray, horizon: int, alpha: float = TREND_ALPHA, b
     return _damped_trends(values, horizon, ((alpha, beta, phi),))[0]
 
 
+def _grid_arrays(grid: tuple[tuple[float, float, float], ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    alpha, beta, phi = (np.array([g[k] for g in grid], dtype=float) for k in range(3))
+    return alpha, beta, phi
+
+
+def _reach(phi: np.ndarray, horizon: int) -> np.ndarray:
+    return sum(phi**k for k in range(1, horizon + 1))
+
+
 def _damped_trends(values: np.ndarray, horizon: int, grid: tuple[tuple[float, float, float], ...]) -> np.ndarray:
     """`damped_trend` for every (alpha, beta, phi) of `grid` at once: one row per setting."""
-    alpha, beta, phi = (np.array([g[k] for g in grid], dtype=float) for k in range(3))
-    reach = sum(phi**k for k in range(1, horizon + 1))
+    alpha, beta, phi = _grid_arrays(grid)
+    reach = _reach(phi, horizon)
     out = np.full((len(grid), len(values)), np.nan)
     level = trend = None
     for t, y in enumerate(values):
@@ -172,9 +257,7 @@ def _damped_trends(values: np.ndarray, horizon: int, grid: tuple[tuple[float, fl
             if level is None:
                 level, trend = np.full(len(grid), float(y)), np.zeros(len(grid))
             else:
-                previous = level
-                level = alpha * y + (1 - alpha) * (previous + phi * trend)
-                trend = beta * (level - previous) + (1 - beta) * phi * trend
+                level, trend = _trend_update(level, trend, float(y), alpha, beta, phi)
         if level is not None:
             out[:, t] = np.maximum(level + reach * trend, 0.0)
     return out
@@ -182,38 +265,34 @@ def _damped_trends(values: np.ndarray, horizon: int, grid: tuple[tuple[float, fl
 
 # A coarse, conventional grid (light to heavy smoothing, weak to strong damping): not fitted to a trace.
 TREND_GRID = tuple((a, b, phi) for a in (0.2, 0.5, 0.8) for b in (0.05, 0.1, 0.3) for phi in (0.8, 0.9, 0.98))
+TREND_DEFAULT = TREND_GRID.index((TREND_ALPHA, TREND_BETA, TREND_PHI))
+_TREND_ARRAYS = _grid_arrays(TREND_GRID)
 
 
-def selected_trend(values: np.ndarray, horizon: int) -> np.ndarray:
-    """Damped trend whose constants are chosen at every origin from TREND_GRID by the squared error of
-    their own earlier forecasts for this horizon (causal: only forecasts whose actual has arrived)."""
+def selected_trend(values: np.ndarray, horizon: int, decay: float = 1.0) -> np.ndarray:
+    """Damped trend whose constants are chosen at every origin from TREND_GRID by the (decayed) squared
+    error of their own earlier forecasts for this horizon (causal: only forecasts whose actual has arrived)."""
     paths = _damped_trends(values, horizon, TREND_GRID)
-    n = len(values)
-    errors = np.zeros((len(TREND_GRID), n))  # errors[:, o]: the forecast made at o, scored at o + horizon
-    if n > horizon:
-        actual = values[horizon:]
-        made = paths[:, : n - horizon]
-        ok = np.isfinite(actual)[None, :] & np.isfinite(made)
-        errors[:, : n - horizon] = np.where(ok, (made - actual[None, :]) ** 2, 0.0)
-    scored = np.cumsum(errors, axis=1)  # scored[:, o]: errors of origins <= o
-    expected = np.full(n, np.nan)
-    default = TREND_GRID.index((TREND_ALPHA, TREND_BETA, TREND_PHI))
-    for t in range(n):
-        known = t - horizon  # the last origin whose actual has arrived by t
-        choice = int(np.argmin(scored[:, known])) if known >= 0 and scored[:, known].any() else default
+    scored = np.zeros(len(TREND_GRID))  # decayed errors of the origins whose actual has arrived
+    expected = np.full(len(values), np.nan)
+    for t in range(len(values)):
+        origin = t - horizon
+        if origin >= 0:
+            scored = scored * decay + _squared_errors(paths[:, origin], float(values[t]))
+        choice = int(np.argmin(scored)) if origin >= 0 and scored.any() else TREND_DEFAULT
         expected[t] = paths[choice, t]
     return expected
 
 
-# ---------------------------------------------------------------------------- blend and calibration
+# ---------------------------------------------------------------------------- blend and calibration (batch)
+
+BLEND = ("persistence", "mean", "_daily", "_weekly")
 
 
-def _adaptive_expected(values: np.ndarray, candidates: dict[str, np.ndarray], horizon: int, step_s: float) -> np.ndarray:
-    names = ["persistence", "mean", "_daily", "_weekly"]
-    stack = np.vstack([candidates[name] for name in names])
-    decay = 0.5 ** (step_s / WEIGHT_HALF_LIFE_S)
-    squared = np.zeros(len(names))
-    weight = np.zeros(len(names))
+def _adaptive_expected(values: np.ndarray, candidates: dict[str, np.ndarray], horizon: int, decay: float) -> np.ndarray:
+    stack = np.vstack([candidates[name] for name in BLEND])
+    squared = np.zeros(len(BLEND))
+    weight = np.zeros(len(BLEND))
     expected = np.full(len(values), np.nan)
     for t in range(len(values)):
         origin = t - horizon
@@ -224,80 +303,238 @@ def _adaptive_expected(values: np.ndarray, candidates: dict[str, np.ndarray], ho
             scored = np.isfinite(made)
             squared[scored] += (made[scored] - values[t]) ** 2
             weight[scored] += 1.0
-        now = stack[:, t]
-        usable = np.isfinite(now) & (weight >= 1.0)
-        if not usable.any():
-            # Nothing scored yet: equal weights, the hard-to-beat default of forecast combination.
-            available = now[np.isfinite(now)]
-            expected[t] = float(available.mean()) if available.size else np.nan
-            continue
-        mse = np.where(usable, squared / np.maximum(weight, 1e-12), np.inf)
-        if usable[0]:
-            # Persistence is the baseline: a candidate joins only while it has been at least as good.
-            usable &= mse <= mse[0]
-        inverse = 1.0 / np.maximum(mse[usable], 1e-12)
-        expected[t] = float(np.dot(inverse, now[usable]) / inverse.sum())
+        expected[t] = _blend(stack[:, t], squared, weight)
     return expected
 
 
-def _conformal_quantile(residuals: deque[float], level: float) -> float | None:
-    n = len(residuals)
-    rank = math.ceil((n + 1) * level)
-    if n < MIN_RESIDUALS or rank > n:
-        return None
-    return float(np.partition(np.fromiter(residuals, float), rank - 1)[rank - 1])
-
-
-def calibrate_upper(values: np.ndarray, expected: np.ndarray, horizon: int, step_s: float) -> np.ndarray:
+def calibrate_upper(values: np.ndarray, expected: np.ndarray, horizon: int, step_s: float,
+                    memory: ForecastMemory = DEFAULT_MEMORY) -> np.ndarray:
     """p90 at every origin from the expected forecast's own past errors (causal)."""
-    window = max(int(RESIDUAL_WINDOW_S / step_s), MIN_RESIDUALS)
+    window = memory.residual_steps(step_s)
     residuals: deque[float] = deque(maxlen=window)
-    shifts = np.full(len(values), np.nan)
+    shifts = np.array([_log_shift(mean) for mean in _trailing_means(values, window)])
     upper = np.full(len(values), np.nan)
-    miss_rate_target = 1.0 - UPPER_QUANTILE
-    alpha = miss_rate_target
-    total = count = 0.0
+    alpha = 1.0 - UPPER_QUANTILE
     for t in range(len(values)):
-        if np.isfinite(values[t]):
-            total += values[t]
-            count += 1
-        shifts[t] = max(LOG_SHIFT_FRACTION * (total / count if count else 0.0), 1e-9)
         origin = t - horizon
         if origin >= 0 and np.isfinite(values[t]) and np.isfinite(expected[origin]):
             shift = shifts[origin]
             residuals.append(math.log(values[t] + shift) - math.log(max(expected[origin], 0.0) + shift))
             if np.isfinite(upper[origin]):
-                missed = 1.0 if values[t] > upper[origin] else 0.0
-                # Adaptive conformal inference, one-sided: misses above 10 % raise the quantile level;
-                # it never drops below the plain conformal 90 % (under-covering costs an SLO).
-                alpha = min(max(alpha + ACI_STEP * (miss_rate_target - missed), 0.001), miss_rate_target)
-        if not np.isfinite(expected[t]):
-            continue
-        quantile = _conformal_quantile(residuals, 1.0 - alpha)
-        base = max(expected[t], 0.0)
-        if quantile is None:
-            # Too few errors seen: stay wide, at least twice the expected and the recent peak.
-            recent = values[max(t - horizon, 0) : t + 1]
-            peak = float(np.nanmax(recent)) if np.isfinite(recent).any() else 0.0
-            upper[t] = max(2.0 * base + shifts[t], peak)
-        else:
-            upper[t] = max((base + shifts[t]) * math.exp(quantile) - shifts[t], base)
+                alpha = _aci_step(alpha, values[t] > upper[origin])
+        if np.isfinite(expected[t]):
+            quantile = _conformal_quantile(residuals, 1.0 - alpha)
+            upper[t] = _upper(float(expected[t]), float(shifts[t]), quantile, values[max(t - horizon, 0): t + 1])
     return upper
 
 
-def forecast_path(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD) -> ForecastPath:
+def forecast_path(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD,
+                  memory: ForecastMemory = DEFAULT_MEMORY) -> ForecastPath:
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r} (one of {', '.join(METHODS)})")
     horizon = max(int(round(horizon_s / series.step_s)), 1)
     values = np.where(series.valid, series.rates_rps, np.nan)
-    candidates = candidate_forecasts(series, horizon)
+    decay = memory.decay(series.step_s)
     if method == "adaptive":
-        expected = _adaptive_expected(values, candidates, horizon, series.step_s)
+        expected = _adaptive_expected(values, candidate_forecasts(series, horizon), horizon, decay)
     elif method == "trend":
-        expected = selected_trend(values, horizon)
+        expected = selected_trend(values, horizon, decay)
     else:
-        expected = candidates[method]
-    return ForecastPath(expected=expected, p90=calibrate_upper(values, expected, horizon, series.step_s), horizon_steps=horizon)
+        expected = candidate_forecasts(series, horizon)[method]
+    upper = calibrate_upper(values, expected, horizon, series.step_s, memory)
+    return ForecastPath(expected=expected, p90=upper, horizon_steps=horizon)
+
+
+# ---------------------------------------------------------------------------- one step at a time
+
+
+def _json_floats(values: Iterable[float]) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def _floats(values: Iterable[float | None]) -> list[float]:
+    return [math.nan if v is None else float(v) for v in values]
+
+
+class OnlineForecast:
+    """`forecast_path` one step at a time, for a series that grows by one value per step.
+
+    After `update(y_t)`, `expected` and `p90` are the forecast made at t for t + horizon: the same
+    numbers `forecast_path` gives at t for the same series, method and memory
+    (`tests/engine/test_forecast_online.py` checks it on random series), from a bounded state
+    (the values the seasonal ratios, the mean and the p90 read, the forecasts still waiting for
+    their actual, the scores and the residuals), so a step costs the same after a day as after a
+    week. `to_dict()`/`from_dict()` keep it in JSON (the live loop stores it with the pool).
+    """
+
+    def __init__(self, method: str = DEFAULT_METHOD, step_s: float = 600.0, horizon_steps: int = 3,
+                 memory: ForecastMemory = DEFAULT_MEMORY) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r} (one of {', '.join(METHODS)})")
+        self.method, self.step_s, self.horizon, self.memory = method, float(step_s), max(int(horizon_steps), 1), memory
+        self.window = memory.residual_steps(self.step_s)
+        self.decay = memory.decay(self.step_s)
+        self.day = int(round(DAY_S / self.step_s))
+        self.week = int(round(WEEK_S / self.step_s))
+        self.daily = method in ("seasonal-daily", "seasonal", "adaptive") and self.day > self.horizon
+        self.weekly = method in ("seasonal-weekly", "seasonal", "adaptive") and self.week > self.horizon
+        self.keep = max(self.horizon + 1, self.window,
+                        SEASONS_DAILY * self.day + 1 if self.daily else 0,
+                        SEASONS_WEEKLY * self.week + 1 if self.weekly else 0)
+        self.values: list[float] = []  # the last `keep` values, NaN for gaps
+        self.steps = 0  # values seen
+        self.known = 0  # of them known
+        self.last = math.nan  # the last known value
+        self.made: deque[np.ndarray] = deque(maxlen=self.horizon)  # the candidates (or trend paths) of the last origins
+        self.squared = np.zeros(len(BLEND))
+        self.weight = np.zeros(len(BLEND))
+        self.level: np.ndarray | None = None
+        self.trend = np.zeros(len(TREND_GRID))
+        self.scored = np.zeros(len(TREND_GRID))
+        self.reach = _reach(_TREND_ARRAYS[2], self.horizon)
+        self.residuals: deque[float] = deque(maxlen=self.window)
+        self.alpha = 1.0 - UPPER_QUANTILE
+        self.origins: deque[tuple[float, float, float]] = deque(maxlen=self.horizon)  # (expected, p90, shift)
+        self.expected = math.nan
+        self.p90 = math.nan
+
+    # -- the step
+
+    def update(self, value: float) -> None:
+        """The next step's value (NaN: a gap, neither learned from nor scored)."""
+        y = float(value) if value is not None and math.isfinite(value) else math.nan
+        self.values.append(y)
+        if len(self.values) > self.keep:
+            del self.values[0]
+        t = self.steps
+        self.steps += 1
+        if math.isfinite(y):
+            self.last = y
+            self.known += 1
+        expected = self._expected(y, t)
+        self._calibrate(y, t, expected)
+
+    def _back(self, lag: int) -> float:
+        """The value `lag` steps before the newest (NaN before the series began)."""
+        return self.values[-1 - lag] if lag < len(self.values) else math.nan
+
+    def _change(self, period: int, seasons: int) -> float:
+        ratios = np.full(seasons, np.nan)
+        for k in range(1, seasons + 1):
+            before, after = self._back(k * period), self._back(k * period - self.horizon)
+            if before > 0:
+                ratios[k - 1] = after / before
+        return _median_ratio(ratios)
+
+    def _candidates(self) -> dict[str, float]:
+        last = self.last
+        daily = last * self._change(self.day, SEASONS_DAILY) if self.daily else math.nan
+        weekly = last * self._change(self.week, SEASONS_WEEKLY) if self.weekly else math.nan
+        return {"persistence": last, "_daily": daily, "_weekly": weekly,
+                "mean": _window_mean(np.array(self.values[-self.horizon:])) if self.method in ("mean", "adaptive")
+                else math.nan}
+
+    def _expected(self, y: float, t: int) -> float:
+        scoring = t >= self.horizon and len(self.made) == self.horizon
+        if self.method == "trend":
+            alpha, beta, phi = _TREND_ARRAYS
+            if math.isfinite(y):
+                if self.level is None:
+                    self.level, self.trend = np.full(len(TREND_GRID), y), np.zeros(len(TREND_GRID))
+                else:
+                    self.level, self.trend = _trend_update(self.level, self.trend, y, alpha, beta, phi)
+            path = (np.maximum(self.level + self.reach * self.trend, 0.0) if self.level is not None
+                    else np.full(len(TREND_GRID), np.nan))
+            if scoring:
+                self.scored = self.scored * self.decay + _squared_errors(self.made[0], y)
+            choice = int(np.argmin(self.scored)) if scoring and self.scored.any() else TREND_DEFAULT
+            self.made.append(path)
+            return float(path[choice])
+        c = self._candidates()
+        if self.method == "adaptive":
+            now = np.array([c[name] for name in BLEND])
+            self.squared *= self.decay
+            self.weight *= self.decay
+            if scoring and math.isfinite(y):
+                made = self.made[0]
+                ok = np.isfinite(made)
+                self.squared[ok] += (made[ok] - y) ** 2
+                self.weight[ok] += 1.0
+            self.made.append(now)
+            return _blend(now, self.squared, self.weight)
+        last, daily, weekly = c["persistence"], c["_daily"], c["_weekly"]
+        if self.method == "mean":
+            return c["mean"]
+        if self.method == "seasonal-daily":
+            return daily if math.isfinite(daily) else last
+        if self.method == "seasonal-weekly":
+            return weekly if math.isfinite(weekly) else last
+        if self.method == "seasonal":
+            return weekly if math.isfinite(weekly) else daily if math.isfinite(daily) else last
+        return last
+
+    def _calibrate(self, y: float, t: int, expected: float) -> None:
+        if t >= self.horizon and len(self.origins) == self.horizon:
+            made, upper, shift = self.origins[0]
+            if math.isfinite(y) and math.isfinite(made):
+                self.residuals.append(math.log(y + shift) - math.log(max(made, 0.0) + shift))
+                if math.isfinite(upper):
+                    self.alpha = _aci_step(self.alpha, y > upper)
+        shift = _log_shift(_window_mean(np.array(self.values[-self.window:])))
+        upper = math.nan
+        if math.isfinite(expected):
+            quantile = _conformal_quantile(self.residuals, 1.0 - self.alpha)
+            upper = _upper(expected, shift, quantile, np.array(self.values[-(self.horizon + 1):]))
+        self.origins.append((expected, upper, shift))
+        self.expected, self.p90 = expected, upper
+
+    def recent(self, steps: int) -> np.ndarray:
+        """The last `steps` values (fewer when fewer were kept), oldest first; NaN for gaps."""
+        return np.array(self.values[-steps:], dtype=float)
+
+    # -- persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method, "step_s": self.step_s, "horizon_steps": self.horizon,
+            "memory": [self.memory.residual_s, self.memory.score_half_life_s],
+            "values": _json_floats(self.values), "steps": self.steps, "known": self.known,
+            "last": _json_floats([self.last])[0],
+            "made": [_json_floats(row) for row in self.made],
+            "squared": self.squared.tolist(), "weight": self.weight.tolist(),
+            "level": None if self.level is None else self.level.tolist(), "trend": self.trend.tolist(),
+            "scored": self.scored.tolist(), "residuals": list(self.residuals), "alpha": self.alpha,
+            "origins": [_json_floats(row) for row in self.origins],
+            "expected": _json_floats([self.expected])[0], "p90": _json_floats([self.p90])[0],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OnlineForecast:
+        made = cls(data["method"], data["step_s"], data["horizon_steps"], ForecastMemory(*data["memory"]))
+        made.values = _floats(data["values"])[-made.keep:]
+        made.steps, made.known = int(data["steps"]), int(data["known"])
+        made.last = _floats([data["last"]])[0]
+        made.made.extend(np.array(_floats(row)) for row in data["made"])
+        made.squared, made.weight = np.array(data["squared"], float), np.array(data["weight"], float)
+        made.level = None if data["level"] is None else np.array(data["level"], float)
+        made.trend, made.scored = np.array(data["trend"], float), np.array(data["scored"], float)
+        made.residuals.extend(float(r) for r in data["residuals"])
+        made.alpha = float(data["alpha"])
+        made.origins.extend(tuple(_floats(row)) for row in data["origins"])  # type: ignore[misc]
+        made.expected, made.p90 = _floats([data["expected"], data["p90"]])
+        return made
+
+
+def online_path(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD,
+                memory: ForecastMemory = DEFAULT_MEMORY) -> ForecastPath:
+    """`forecast_path` computed one step at a time with `OnlineForecast`."""
+    horizon = max(int(round(horizon_s / series.step_s)), 1)
+    online = OnlineForecast(method, series.step_s, horizon, memory)
+    expected, upper = np.full(len(series), np.nan), np.full(len(series), np.nan)
+    for t, value in enumerate(np.where(series.valid, series.rates_rps, np.nan)):
+        online.update(value)
+        expected[t], upper[t] = online.expected, online.p90
+    return ForecastPath(expected=expected, p90=upper, horizon_steps=horizon)
 
 
 def forecast(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD) -> Forecast:
@@ -322,7 +559,6 @@ def forecast_peak(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, meth
     peak = max(finite, key=lambda f: f.expected_rps)
     upper = max((f.p90_rps for f in finite if math.isfinite(f.p90_rps)), default=peak.p90_rps)
     return Forecast(method, peak.made_at_s, peak.horizon_s, peak.expected_rps, upper)
-
 
 # ---------------------------------------------------------------------------- scoring
 
@@ -356,6 +592,10 @@ class Backtest:
     persistence_accuracy: float
     p90_coverage: float
     mean_overshoot: float
+    wape: float  # weighted absolute percentage error of the expected value: sum |error| / sum actual
+    persistence_wape: float
+    wape_vs_persistence: float  # wape / persistence_wape - 1: below 0 is better than persistence
+    seconds: float  # CPU time of the walk-forward forecasts
 
 
 def _accuracy(predicted: np.ndarray, actual: np.ndarray) -> float:
@@ -364,20 +604,27 @@ def _accuracy(predicted: np.ndarray, actual: np.ndarray) -> float:
     return 1.0 - float(np.abs(predicted - actual).sum()) / total if total > 0 else float("nan")
 
 
-def backtest(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD) -> Backtest:
-    """Score every forecast whose origin and target are both real data (gap windows are skipped)."""
+def backtest(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: str = DEFAULT_METHOD,
+             score_from_s: float = 0.0) -> Backtest:
+    """Score every forecast whose origin and target are both real data (gap windows are skipped) and
+    whose target is at least `score_from_s` after the series' start (learned from, not scored, before)."""
+    started = time.process_time()
     path = forecast_path(series, horizon_s, method)
+    seconds = time.process_time() - started
     h = path.horizon_steps
     values = np.where(series.valid, series.rates_rps, np.nan)
     origin = values[:-h] if h < len(values) else np.array([])
     actual = values[h:]
     expected, upper = path.expected[: len(actual)], path.p90[: len(actual)]
-    scored = np.isfinite(origin) & np.isfinite(actual) & np.isfinite(expected) & np.isfinite(upper)
+    targets_s = series.step_s * np.arange(h, len(values))
+    scored = (np.isfinite(origin) & np.isfinite(actual) & np.isfinite(expected) & np.isfinite(upper)
+              & (targets_s >= score_from_s - 1e-9))
     if not scored.any():
         raise SeriesError("no point to score: the series is shorter than the horizon or all gaps")
     actual, expected, upper, origin = actual[scored], expected[scored], upper[scored], origin[scored]
     covered = upper >= actual
     overshoot_at = covered & (actual > 0)
+    wape, persistence_wape = 1.0 - _accuracy(expected, actual), 1.0 - _accuracy(origin, actual)
     return Backtest(
         method=method,
         points=int(scored.sum()),
@@ -385,7 +632,21 @@ def backtest(series: RateSeries, horizon_s: float = DEFAULT_HORIZON_S, method: s
         persistence_accuracy=round(_accuracy(origin, actual), 4),
         p90_coverage=round(float(covered.mean()), 4),
         mean_overshoot=round(float((upper[overshoot_at] / actual[overshoot_at] - 1).mean()), 4) if overshoot_at.any() else 0.0,
+        wape=round(wape, 4),
+        persistence_wape=round(persistence_wape, 4),
+        wape_vs_persistence=round(wape / persistence_wape - 1, 4) if persistence_wape > 0 else 0.0,
+        seconds=round(seconds, 3),
     )
+
+
+def cut_days(series: RateSeries, first_day: float, last_day: float) -> RateSeries:
+    """The steps from `first_day` (inclusive) to `last_day` (exclusive), in days from the start: a
+    shorter series, as if the trace began there (the forecast sees nothing before it)."""
+    per_day = DAY_S / series.step_s
+    lo, hi = int(round(first_day * per_day)), int(round(last_day * per_day))
+    if not 0 <= lo < hi or lo >= len(series):
+        raise SeriesError(f"--days {first_day:g}:{last_day:g} is outside the trace ({len(series) / per_day:.2f} days)")
+    return RateSeries(series.step_s, series.rates_rps[lo:hi], series.valid[lo:hi], series.start_s + lo * series.step_s)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -405,6 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=None, help="bin width in seconds (Azure default 60; ServeGen: a multiple of 600)")
     parser.add_argument("--horizon-min", type=float, default=DEFAULT_HORIZON_S / 60)
     parser.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD)
+    parser.add_argument("--days", metavar="FIRST:LAST", help="only these days of the trace (e.g. 0:1 the first day alone)")
+    parser.add_argument("--score-from-day", type=float, default=0.0, metavar="D",
+                        help="learn from the whole series, score only targets from day D on (held-out data)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = parser.parse_args(argv)
     if args.horizon_min <= 0:
@@ -418,7 +682,16 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.horizon_min * 60 / series.step_s
         if steps < 1 - 1e-9 or abs(steps - round(steps)) > 1e-9:
             raise SeriesError(f"--horizon-min {args.horizon_min:g} is not a whole number of {series.step_s:g}-s steps")
-        result = backtest(series, args.horizon_min * 60, args.method)
+        if args.days is not None:
+            first, _, last = args.days.partition(":")
+            try:
+                days = float(first), float(last)
+            except ValueError:
+                raise SeriesError(f"--days expects FIRST:LAST in days, got {args.days!r}") from None
+            series = cut_days(series, *days)
+        if args.score_from_day < 0:
+            raise SeriesError("--score-from-day must be at least 0")
+        result = backtest(series, args.horizon_min * 60, args.method, args.score_from_day * DAY_S)
     except (SeriesError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

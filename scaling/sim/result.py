@@ -25,6 +25,7 @@ class Percentiles:
 
 
 QUANTILE_RESOLUTION = 0.001  # weighted quantiles are exact to 0.1 % (log-spaced buckets)
+FEW_POINTS = 20_000  # up to this many points the buckets are found by sorting
 
 
 def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights: np.ndarray | None = None) -> list[float]:
@@ -34,6 +35,14 @@ def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights
     floor = 1e-6
     step = np.log1p(QUANTILE_RESOLUTION)
     index = np.floor(np.log(np.maximum(values, floor) / floor) / step).astype(np.int64)
+    if index.size <= FEW_POINTS:
+        # A tick's window of points: the same sums over only the buckets that hold a point, instead
+        # of a cumulative sum over every bucket up to the largest (about 14,000 for a second). The
+        # additions are the same and in the same order (an empty bucket adds 0), so the answer is too.
+        buckets, inverse = np.unique(index, return_inverse=True)
+        cumulative = np.cumsum(np.bincount(inverse, weights=weights))
+        positions = buckets[np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])]
+        return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
     cumulative = np.cumsum(np.bincount(index, weights=weights))
     positions = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
     return [float(floor * np.exp((p + 0.5) * step)) for p in positions]

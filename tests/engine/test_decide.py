@@ -1,6 +1,7 @@
 """The one decide step's pieces: history bins, arriving credit, persisted state, approvals in replay."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -130,3 +131,94 @@ def test_default_replay_guardrail_is_the_live_default():
     from controlplane.config import ApprovalPolicy
 
     assert ApprovalModel().reactive_max_step == ApprovalPolicy().reactive_max_step
+
+
+class _Recorded:
+    """A history of 15-s samples, as the replay keeps it."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.rates: list[float] = []
+
+    def rates_since(self, since_s: float) -> tuple[np.ndarray, np.ndarray]:
+        times = np.array(self.times)
+        keep = times > since_s
+        return times[keep], np.array(self.rates)[keep]
+
+    def requested_at(self) -> list[float]:
+        return []
+
+    def approved_floor(self, now_s: float) -> int:
+        return 0
+
+
+def test_the_incremental_forecasts_are_the_batch_forecasts_of_the_binned_history():
+    """Ticks every 15 s for 5 hours: the lead forecaster, fed one 1-minute bin as each completes, says
+    what `forecast_path` says on the whole binned history; the 30-minute one likewise on 10-minute bins."""
+    from scaling.engine.forecast import forecast_path
+    from scaling.engine.rate_series import from_values
+
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=20)
+    rng = np.random.default_rng(4)
+    history, state = _Recorded(), decide.DecideState()
+    for tick in range(1, 5 * 240 + 1):
+        now = tick * 15.0
+        rate = float(20 + 10 * math.sin(now / 1800) + rng.normal(0, 2)) if tick % 37 else math.nan
+        lead, peak, recent, state = decide.forecasts(history, pool, now, rate, state)
+        history.times.append(now)
+        history.rates.append(rate)
+    bins = decide.binned_rates(np.array(history.times), np.array(history.rates), -3600.0, now, 60.0)
+    batch = forecast_path(from_values(bins, 60.0), 120.0, decide.LEAD_METHOD, decide.LEAD_MEMORY)
+    assert lead is not None and lead.expected_rps == pytest.approx(batch.expected[-1], rel=1e-9)
+    assert lead.p90_rps == pytest.approx(batch.p90[-1], rel=1e-9)
+    np.testing.assert_array_equal(recent, bins[-60:])
+    coarse = decide.binned_rates(np.array(history.times), np.array(history.rates), now - decide.SEASONAL_HISTORY_S,
+                                 now, 600.0)
+    far = forecast_path(from_values(coarse, 600.0), 1800.0, decide.SEASONAL_METHOD)
+    assert state.seasonal.made_at_s == now and state.seasonal.expected_rps == pytest.approx(far.expected[-1], rel=1e-9)
+
+
+def test_a_history_that_stopped_arriving_is_no_forecast_until_it_arrives_again():
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=20)
+    history, state = _Recorded(), decide.DecideState()
+    for tick in range(1, 200):
+        now = tick * 15.0
+        rate = 10.0 if now <= 1800 or now > 2400 else math.nan  # the rate query fails for ten minutes
+        lead, peak, _, state = decide.forecasts(history, pool, now, rate, state)
+        history.times.append(now)
+        history.rates.append(rate)
+        stopped_for = now - 1800.0
+        if 1800 < now <= 2400:
+            assert (lead is None and peak is None) == (stopped_for > decide.HISTORY_MAX_AGE_S), now
+        if now >= 2400 + 120:
+            assert lead is not None and lead.expected_rps == pytest.approx(10.0, rel=0.05), now
+
+
+def test_the_forecasters_state_is_kept_with_the_pool_and_loads_as_it_was():
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=20)
+    history, state = _Recorded(), decide.DecideState()
+    for tick in range(1, 400):
+        history.times.append(tick * 15.0)
+        history.rates.append(10.0 + tick % 7)
+    lead, peak, _, state = decide.forecasts(history, pool, 400 * 15.0, 12.0, state)
+    stored = decide.forecast_dict(state)
+    loaded = decide.decide_state_from({}, json.loads(json.dumps(stored, allow_nan=False)))
+    assert loaded.seasonal == state.seasonal and loaded.newest_rate_s == state.newest_rate_s
+    assert (loaded.lead.end_s, loaded.long.end_s) == (state.lead.end_s, state.long.end_s)
+    # A minute later both feed the same new bin to the same forecasters (the states advance in place).
+    from_stored = decide.forecasts(history, pool, 6060.0, 12.0, loaded)[:2]
+    kept = decide.forecasts(history, pool, 6060.0, 12.0, state)[:2]
+    assert from_stored == kept and kept[0] is not None
+
+
+def test_a_pool_whose_lead_time_changed_gets_a_forecaster_for_the_new_one():
+    history, state = _Recorded(), decide.DecideState()
+    for tick in range(1, 200):
+        history.times.append(tick * 15.0)
+        history.rates.append(10.0)
+    quick = planner.PoolPlan(capacity_rps_per_replica=5.0, cold_start_p95_s=90.0)  # lead 2 minutes
+    slow = planner.PoolPlan(capacity_rps_per_replica=5.0, cold_start_p95_s=270.0)  # a measured cold start: 5 minutes
+    _, _, _, state = decide.forecasts(history, quick, 3000.0, 10.0, state)
+    assert state.lead.forecaster.horizon == 2
+    lead, _, _, state = decide.forecasts(history, slow, 3015.0, 10.0, state)
+    assert state.lead.forecaster.horizon == round(slow.lead_s / 60) and lead.horizon_s == slow.lead_s

@@ -40,3 +40,22 @@ def test_it_reports_no_latency_without_traffic_or_to_a_policy_that_does_not_read
     assert quiet and all(np.isnan(s.ttft_p95_s) for s in quiet)
     plain = run_fluid_mode(steady(60.0), CONFIG, StaticPolicy(12))
     assert all(np.isnan(s.ttft_p99_s) for s in plain.samples)
+
+
+def test_a_ticks_latency_percentiles_are_the_bucketed_ones():
+    """Few points (a tick's window) sum only the buckets they fill: the same 0.1 % buckets come back."""
+    from scaling.sim import result
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(1, 500))
+        values = rng.lognormal(-1, 1.2, n)
+        # Fluid mode weighs each step's points alike: equal weights, where a float's rounding decides ties.
+        weights = np.repeat(rng.random(n // 8 + 1), 8)[:n] * (rng.random(n) > 0.2)
+        weights[0] += 0.1
+        sorted_answer = result.weighted_quantiles(values, (0.5, 0.95, 0.99), weights)
+        bucketed = np.cumsum(np.bincount(np.floor(np.log(np.maximum(values, 1e-6) / 1e-6)
+                                                  / np.log1p(result.QUANTILE_RESOLUTION)).astype(np.int64), weights))
+        positions = np.searchsorted(bucketed, np.array((0.5, 0.95, 0.99)) * bucketed[-1])
+        step = np.log1p(result.QUANTILE_RESOLUTION)
+        assert sorted_answer == [float(1e-6 * np.exp((p + 0.5) * step)) for p in positions]

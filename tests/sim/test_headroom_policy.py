@@ -116,7 +116,7 @@ def test_its_lead_forecast_follows_the_trend_of_the_observed_rates(case, per_min
     rates = [rate for rate in per_minute for _ in range(4)]  # 15-s ticks
     for tick, rate in enumerate(rates[:-1]):
         history.record((tick + 1) * 15.0, rate, 0)
-    lead, _, _, _ = decide.forecasts(history, pool, len(rates) * 15.0, rates[-1], decide.SeasonalCache())
+    lead, _, _, _ = decide.forecasts(history, pool, len(rates) * 15.0, rates[-1], decide.DecideState())
     change = lead.expected_rps - per_minute[-1]
     assert (change > 1e-6) - (change < -1e-6) == direction, case
     assert lead.p90_rps >= lead.expected_rps
