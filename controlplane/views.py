@@ -117,6 +117,7 @@ def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = _live_context(pool) | {
         "proposals": pool.proposals.select_related("requested_by", "decided_by")[:20],
         "can_configure": services.has_role(request.user, pool.team, Role.ADMIN),
+        "can_decide": services.may_act_in(request.user, pool.team, pool.cluster, Role.OPERATOR),
         "audit": AuditEvent.objects.filter(object_type="controlplane.pool", object_id=str(pool.pk))[:20],
     }
     return render(request, "controlplane/pool_detail.html", context)
