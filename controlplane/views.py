@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 
 from controlplane import forms, permissions, services
 from controlplane.charts import Series, line_chart
-from controlplane.choices import Channel, Role, SloIndicator
+from controlplane.choices import Channel, Role
 from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
 
 logger = logging.getLogger(__name__)
@@ -66,11 +66,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-def _ttft_slo_s(pool: Pool) -> float | None:
-    slo = next((slo for slo in pool.slos.all() if slo.indicator == SloIndicator.TTFT_P95), None)
-    return slo.threshold / 1000.0 if slo else None
-
-
 def _visible_pools(request: HttpRequest):  # noqa: ANN202
     pending = Count("proposals", filter=Q(proposals__state="pending"), distinct=True)
     pools = Pool.objects.select_related("cluster", "team", "status", "planner").prefetch_related("slos")
@@ -81,11 +76,9 @@ def _visible_pools(request: HttpRequest):  # noqa: ANN202
 def fleet(request: HttpRequest) -> HttpResponse:
     """Every pool the user can see. The table is a fragment that htmx refreshes in place."""
     pools = list(_visible_pools(request))
-    for pool in pools:
-        planner = getattr(pool, "planner", None)
-        pool.now = (planner.last_signals if planner else None) or {}
-        pool.ttft_slo_s = _ttft_slo_s(pool)
-    context = {"pools": pools}
+    # Pools Headroom has never read from their cluster are inventory only: listed apart, said plainly.
+    context = {"pools": [pool for pool in pools if hasattr(pool, "status")],
+               "inventory": [pool for pool in pools if not hasattr(pool, "status")]}
     template = "controlplane/_fleet_table.html" if request.htmx else "controlplane/fleet.html"
     return render(request, template, context)
 

@@ -138,3 +138,11 @@ def facts_of(proposal: Any) -> ChangeFacts:
         capacity_per_replica_rps=evidence.get("capacity_per_replica_rps"),
         forecast_peak_rps=max(forecast) if forecast else None, cost_per_hour_usd=proposal.cost_per_hour_usd,
     )
+
+
+def why_for(proposal: Any) -> str:
+    """`why_a_person` for a proposal (its pool's policy and team, who asked)."""
+    requester = proposal.requested_by.get_username() if proposal.requested_by else ""
+    return why_a_person(kind=proposal.kind, delta=proposal.target_replicas - proposal.current_replicas,
+                        by_the_planner=proposal.requested_by_id is None, policy=proposal.pool.approval,
+                        team=proposal.pool.team.name, requested_by=requester)

@@ -41,18 +41,11 @@ def evidence_chart(proposal: Proposal):  # noqa: ANN201
     return line_chart([line for line in series if line.values], y_label=evidence.get("window", ""))
 
 
-def _why_a_person(proposal: Proposal) -> str:
-    requester = proposal.requested_by.get_username() if proposal.requested_by else ""
-    return explain.why_a_person(
-        kind=proposal.kind, delta=proposal.delta, by_the_planner=proposal.requested_by_id is None,
-        policy=proposal.pool.approval, team=proposal.pool.team.name, requested_by=requester)
-
-
 def _card_context(request: HttpRequest, proposal: Proposal, selectable: bool = False) -> dict:
     return {
         "proposal": proposal,
         "sentence": explain.sentence(explain.facts_of(proposal)),
-        "why_a_person": _why_a_person(proposal) if proposal.state == ProposalState.PENDING else "",
+        "why_a_person": explain.why_for(proposal) if proposal.state == ProposalState.PENDING else "",
         "chart": evidence_chart(proposal),
         "can_decide": proposal.state == ProposalState.PENDING
         and core.may_act_in(request.user, proposal.pool.team, proposal.pool.cluster, Role.OPERATOR),
