@@ -67,10 +67,9 @@ def latency_reading(label: str, now: float | None, before: float | None, objecti
 def queue_reading(now: float | None, before: float | None, ready: int | None, target_per_replica: float) -> Reading:
     """Waiting requests per ready replica against the pool's target queue per replica."""
     per_replica = None if now is None or not ready else now / ready
-    before_value = before if before is not None else None
     value = "unknown" if now is None else f"{now:.0f} waiting" + ("" if per_replica is None else f" ({per_replica:.1f}/replica)")
     return Reading("queue", value, f"≤ {target_per_replica:g}/replica", level(per_replica, target_per_replica),
-                   trend(now, before_value))
+                   trend(now, before))
 
 
 def ceiling(desired: int | None, max_replicas: int) -> str:
