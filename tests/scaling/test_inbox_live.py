@@ -147,3 +147,12 @@ def test_slack_says_the_cards_sentence_first(pool: Pool) -> None:
     assert facts.sentence.startswith("A peak of 20.0 req/s is forecast (now 9.0) on 1 ready replica; scaling to 4")
     section = proposal_message(facts, channel_id=1)["blocks"][1]["text"]["text"]
     assert section.startswith(facts.sentence + "\n*Pool*")
+
+
+def test_the_card_of_a_split_scale_up_says_what_ran_already(pool: Pool, alice: User) -> None:
+    rest = services.propose(pool, 8, ProposalKind.REACTIVE, PLANNER, current=1)
+    share = Proposal.objects.get(pool=pool, state=ProposalState.APPROVED)
+    card = _login(alice).get(f"/proposals/{rest.pk}/card/").content.decode()
+    assert (f"+4 of +7 ran at once (1 → 5, within the guardrail); the remaining +3 waits for a person "
+            f"(proposal #{share.pk}).") in card
+    assert "it adds 7 replicas, more than the guardrail of 4 approved by policy" in card
