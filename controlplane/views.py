@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, ProtectedError, Q
+from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -67,9 +67,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def _visible_pools(request: HttpRequest):  # noqa: ANN202
-    pending = Count("proposals", filter=Q(proposals__state="pending"), distinct=True)
     pools = Pool.objects.select_related("cluster", "team", "status", "planner").prefetch_related("slos")
-    return permissions.scoped(pools, request.user).annotate(pending_proposals=pending)
+    return permissions.scoped(pools, request.user)
 
 
 @login_required

@@ -104,3 +104,22 @@ def test_the_fleet_and_pool_pages_show_now_at_a_glance(pool: Pool, alice: User) 
 def test_the_fleet_fragment_holds_both_groups(alice: User, pool: Pool) -> None:
     body = _login(alice).get("/", HTTP_HX_REQUEST="true").content.decode()
     assert body.lstrip().startswith('<div id="fleet-table"') and "<html" not in body and "Inventory only" in body
+
+
+def test_each_pool_costs_the_fleet_page_two_queries(pool: Pool, alice: User) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = _login(alice)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/", HTTP_HX_REQUEST="true").status_code == 200
+        return len(captured.captured_queries)
+
+    one = queries()
+    for name in ("embed", "rerank-2"):
+        extra = Pool.objects.create(cluster=pool.cluster, team=pool.team, name=name, namespace="inference",
+                                    deployment=f"vllm-{name}", model_name=name, gpu_type="L4", max_replicas=2)
+        services.record_status(extra, desired=1, ready=1, now=timezone.now())
+    assert queries() - one == 2 * 2  # its samples and its oldest pending proposal
