@@ -59,7 +59,7 @@ def _card_context(request: HttpRequest, proposal: Proposal, selectable: bool = F
 
 def _pending_context(request: HttpRequest, outcomes: list[services.BulkOutcome] | None = None) -> dict:
     proposals = list(visible_proposals(request).filter(state=ProposalState.PENDING)
-                     .prefetch_related("pool__slos").order_by("-created_at"))
+                     .prefetch_related("pool__slos").order_by("-created_at", "-id"))
     cards = [_card_context(request, proposal, selectable=True) for proposal in proposals]
     return {"cards": cards, "known": ",".join(str(p.pk) for p in proposals),
             "any_selectable": any(card["can_decide"] for card in cards), "outcomes": outcomes or []}
@@ -70,10 +70,11 @@ def _pending_context(request: HttpRequest, outcomes: list[services.BulkOutcome] 
 def pending(request: HttpRequest) -> HttpResponse:
     """The pending list alone, for polling. Unchanged since the caller's `known` ids: 204 (htmx keeps
     the page as it is, so a half-typed comment or a ticked box survives); changed: the new list."""
-    context = _pending_context(request)
-    if request.GET.get("known") == context["known"]:
+    pending_ids = visible_proposals(request).filter(state=ProposalState.PENDING).order_by("-created_at", "-id") \
+        .values_list("pk", flat=True)
+    if request.GET.get("known") == ",".join(str(pk) for pk in pending_ids):  # one query, no cards built
         return HttpResponse(status=204)
-    return render(request, "scaling/_pending.html", context)
+    return render(request, "scaling/_pending.html", _pending_context(request))
 
 
 class ProposalIdsField(forms.TypedMultipleChoiceField):
