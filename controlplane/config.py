@@ -46,8 +46,14 @@ class ApprovalPolicy:
     two_person_window_minutes: int = 60
     auto_approve_off_hours: bool = True
     auto_approve_reactive: bool = True
-    # Reactive scale-ups are auto-approved only up to this many added replicas (the guardrail).
+    # The planner's predictive scale-ups (the forecast one cold start ahead) share the guardrail: they
+    # are the safety net acting a cold start early, not the 30-minute pre-scale that waits for a person.
+    auto_approve_predictive: bool = True
+    # Reactive (and predictive) scale-ups are auto-approved only up to this many added replicas (the
+    # guardrail); a larger one runs this share at once and leaves the rest to a person.
     reactive_max_step: int = 4
+    # The planner's scale-downs that held through the stabilization window and keep the warm floor.
+    auto_approve_scale_down: bool = True
 
 
 def parse_approval_policy(raw: Any) -> ApprovalPolicy:

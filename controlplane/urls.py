@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane import views
@@ -18,6 +20,8 @@ urlpatterns = [
     path("", include("scaling.urls")),
     path("", include("incidents.urls")),
     path("healthz", views.healthz, name="healthz"),
+    # Pages without an icon link (the admin) make browsers ask for /favicon.ico: the same icon.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

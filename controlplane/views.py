@@ -9,7 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, ProtectedError, Q
+from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 
 from controlplane import forms, permissions, services
 from controlplane.charts import Line, time_chart
-from controlplane.choices import Channel, Role, SloIndicator
+from controlplane.choices import Channel, Role
 from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
 
 logger = logging.getLogger(__name__)
@@ -66,26 +66,18 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-def _ttft_slo_s(pool: Pool) -> float | None:
-    slo = next((slo for slo in pool.slos.all() if slo.indicator == SloIndicator.TTFT_P95), None)
-    return slo.threshold / 1000.0 if slo else None
-
-
 def _visible_pools(request: HttpRequest):  # noqa: ANN202
-    pending = Count("proposals", filter=Q(proposals__state="pending"), distinct=True)
     pools = Pool.objects.select_related("cluster", "team", "status", "planner").prefetch_related("slos")
-    return permissions.scoped(pools, request.user).annotate(pending_proposals=pending)
+    return permissions.scoped(pools, request.user)
 
 
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
     """Every pool the user can see. The table is a fragment that htmx refreshes in place."""
     pools = list(_visible_pools(request))
-    for pool in pools:
-        planner = getattr(pool, "planner", None)
-        pool.now = (planner.last_signals if planner else None) or {}
-        pool.ttft_slo_s = _ttft_slo_s(pool)
-    context = {"pools": pools}
+    # Pools Headroom has never read from their cluster are inventory only: listed apart, said plainly.
+    context = {"pools": [pool for pool in pools if hasattr(pool, "status")],
+               "inventory": [pool for pool in pools if not hasattr(pool, "status")]}
     template = "controlplane/_fleet_table.html" if request.htmx else "controlplane/fleet.html"
     return render(request, template, context)
 
@@ -123,6 +115,7 @@ def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = _live_context(pool) | {
         "proposals": pool.proposals.select_related("requested_by", "decided_by")[:20],
         "can_configure": services.has_role(request.user, pool.team, Role.ADMIN),
+        "can_decide": services.may_act_in(request.user, pool.team, pool.cluster, Role.OPERATOR),
         "audit": AuditEvent.objects.filter(object_type="controlplane.pool", object_id=str(pool.pk))[:20],
     }
     return render(request, "controlplane/pool_detail.html", context)

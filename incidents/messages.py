@@ -10,6 +10,7 @@ from django.urls import reverse
 from incidents import rules
 from incidents.choices import INCIDENT_TRANSITIONS, AlertState, IncidentState, NotificationKind
 from incidents.models import Alert
+from scaling import explain
 from scaling.choices import ProposalState
 from scaling.models import Proposal
 
@@ -40,6 +41,7 @@ class ProposalFacts:
     last_error: str
     measured_cold_start_s: float | None
     url: str
+    sentence: str = ""  # the card's plain sentence (scaling.explain), said first
 
     @property
     def pending(self) -> bool:
@@ -72,6 +74,7 @@ def proposal_facts(proposal: Proposal) -> ProposalFacts:
         decided_channel=proposal.decided_channel, decision_comment=proposal.decision_comment,
         last_error=proposal.last_error, measured_cold_start_s=proposal.measured_cold_start_s,
         url=settings.SITE_URL.rstrip("/") + reverse("approvals") + f"#proposal-{proposal.pk}",
+        sentence=explain.sentence(explain.facts_of(proposal)),
     )
 
 

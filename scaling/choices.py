@@ -6,6 +6,7 @@ class ProposalKind(models.TextChoices):
     PRESCALE = "prescale", "Pre-scale (forecast)"
     WARM_POOL = "warm_pool", "Warm pool"
     REACTIVE = "reactive", "Reactive (queue depth, request rate)"
+    PREDICTIVE = "predictive", "Predictive (the next cold start)"
     SCHEDULED = "scheduled", "Scheduled peak"
     MANUAL = "manual", "Manual"
 

@@ -266,6 +266,7 @@ def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoin
         "forecast_expected": observed + [round(p.expected_rps, 3) for p in ahead],
         "forecast_p90": [None] * len(observed) + [round(p.p90_rps, 3) for p in ahead],
         "capacity": [round(ready * capacity_rps, 3)] * len(observed) + [round(target * capacity_rps, 3)] * len(ahead),
+        "capacity_per_replica_rps": round(capacity_rps, 3),  # corrected: the card's sentence reads it
     }
 
 
@@ -313,7 +314,9 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
                                     evidence=evidence, idempotency_key=key, floor_until=floor_until, now=now)
     except (services.InvalidProposal, services.ProposalForbidden) as exc:
         return [f"no proposal: {exc}"]
-    return [f"proposal #{proposal.pk} {kind} {current} → {target}: {proposal.state}"]
+    share = next((r for r in proposal.reasons if r.get("code") == services.SHARE_REASON), None)
+    return [f"proposal #{proposal.pk} {kind} {current} → {target}: {proposal.state}"
+            + (f" ({share['detail']}, proposal #{share['share']})" if share else "")]
 
 
 def _signals_dict(signals: PoolSignals) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import logging
 import random
 import secrets
 import statistics
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,14 +19,15 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane import services as core
+from controlplane import permissions, services as core
 from controlplane.choices import Channel, Role
+from controlplane.config import ApprovalPolicy
 from controlplane.errors import ServiceError
 from controlplane.models import Pool
 from scaling.choices import ProposalKind, ProposalState, can_move, same_track
 from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ScalePremise
 from scaling.drivers.registry import cluster_driver, workload_of
-from scaling.engine.planner import PlannerState, record_scale_event
+from scaling.engine.planner import WARM_FLOOR, PlannerState, PoolPlan, record_scale_event
 from scaling.models import ColdStart, PlannerMemory, PoolStatus, Proposal, ProposalEvent
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,12 @@ LOOP_KEY_PREFIX = "loop:"
 # Transient execution failures are retried with this backoff (doubling, capped, jittered).
 RETRY_BASE_S = 5.0
 RETRY_CAP_S = 120.0
+# A scale-up past the guardrail runs its share at once under the same key with this suffix.
+SHARE_KEY_SUFFIX = ":share"
+SHARE_REASON = "guardrail_share"
+# The planner keeps recommendations newer than the window's start, one a tick: the oldest may be a
+# tick (or two, for a late tick) younger than the window and still cover it.
+SETTLE_SLACK_S = 30.0
 # A person's self-approved changes to one pool add up over this window for the two-person rule.
 APPROVED_STATES = (ProposalState.APPROVED, ProposalState.EXECUTING, ProposalState.SUCCEEDED)
 
@@ -159,6 +167,20 @@ def propose(
     if target_replicas == current and kind != ProposalKind.MANUAL:
         raise InvalidProposal("target_replicas", f"The pool already runs {current} replicas.")
     policy = pool.approval
+    key = idempotency_key or secrets.token_hex(16)
+    share_target = guardrail_share(policy, kind, actor, current, target_replicas)
+
+    def create(target: int, key: str, reasons: list[dict[str, Any]]) -> Proposal:
+        proposal = Proposal.objects.create(
+            pool=pool, kind=kind, current_replicas=current, target_replicas=target,
+            reasons=reasons, signals=signals or {}, evidence=evidence or {}, idempotency_key=key,
+            requested_by=actor.user, requested_channel=actor.channel,
+            expires_at=now + timedelta(minutes=policy.expiry_minutes), floor_until=floor_until,
+        )
+        _event(proposal, "", actor)
+        core.record(actor, "propose", proposal, team=pool.team)
+        return proposal
+
     try:
         with transaction.atomic():
             Pool.objects.select_for_update().filter(pk=pool.pk).first()  # one proposer per pool at a time
@@ -167,15 +189,16 @@ def propose(
             for older in waiting:
                 if same_track(older.kind, kind):
                     _transition(older, ProposalState.SUPERSEDED, actor, "a newer proposal replaced it")
-            proposal = Proposal.objects.create(
-                pool=pool, kind=kind, current_replicas=current, target_replicas=target_replicas,
-                reasons=reasons or [], signals=signals or {}, evidence=evidence or {},
-                idempotency_key=idempotency_key or secrets.token_hex(16),
-                requested_by=actor.user, requested_channel=actor.channel,
-                expires_at=now + timedelta(minutes=policy.expiry_minutes), floor_until=floor_until,
-            )
-            _event(proposal, "", actor)
-            core.record(actor, "propose", proposal, team=pool.team)
+            if share_target is not None:
+                # As the HPA's rate policies would: the guardrail's share now, the rest to a person. The
+                # share is approved before the rest exists, so one pending proposal per track still holds.
+                note = _share_note(current, share_target, target_replicas)
+                share = create(share_target, f"{key}{SHARE_KEY_SUFFIX}", [note, *(reasons or [])])
+                approve(share.pk, core.Actor(user=None, channel=Channel.AUTO), comment=(
+                    f"the guardrail's share: +{share_target - current} of +{target_replicas - current} at once "
+                    f"(guardrail {policy.reactive_max_step})"), now=now)
+                reasons = [note | {"share": share.pk}, *(reasons or [])]
+            proposal = create(target_replicas, key, reasons or [])
     except IntegrityError:
         # A concurrent proposer with the same key won; answer with its proposal.
         if idempotency_key and (existing := _replay(pool, idempotency_key, target_replicas, kind)):
@@ -192,19 +215,65 @@ def _by_the_planner(proposal: Proposal) -> bool:
     return proposal.requested_by_id is None and proposal.requested_channel == Channel.AUTO
 
 
+def _within_guardrail_kind(policy: ApprovalPolicy, kind: str) -> bool:
+    """The planner's kinds whose scale-ups policy approves up to the guardrail."""
+    return (kind == ProposalKind.REACTIVE and policy.auto_approve_reactive) or (
+        kind == ProposalKind.PREDICTIVE and policy.auto_approve_predictive)
+
+
+def guardrail_share(policy: ApprovalPolicy, kind: str, actor: core.Actor, current: int, target: int) -> int | None:
+    """The replicas the planner's scale-up past the guardrail runs at once (None: no split)."""
+    by_the_planner = actor.user is None and actor.channel == Channel.AUTO
+    if by_the_planner and _within_guardrail_kind(policy, kind) and target - current > policy.reactive_max_step:
+        return current + policy.reactive_max_step
+    return None
+
+
+def _share_note(current: int, share_target: int, target: int) -> dict[str, Any]:
+    return {"code": SHARE_REASON, "detail": (
+        f"+{share_target - current} of +{target - current} ran at once ({current} → {share_target}, within the "
+        f"guardrail); the remaining +{target - share_target} waits for a person")}
+
+
+def scale_down_settled(proposal: Proposal, now: datetime) -> str:
+    """Why the planner's scale-down may go without a person ('' when it may not): every recommendation
+    over the whole stabilization window allowed it, and it keeps the warm floor. Read from the decision
+    that made it (the planner's memory), so a scale-down from a state that has not seen the window waits."""
+    memory = PlannerMemory.objects.filter(pool=proposal.pool).first()
+    decision = (memory.last_decision or {}) if memory else {}
+    if decision.get("target_replicas") != proposal.target_replicas or not memory.state:
+        return ""
+    window_s = PoolPlan.scale_down_window_s
+    recommendations = PlannerState.from_dict(memory.state).recommendations
+    oldest = min((at for at, _ in recommendations), default=None)
+    if oldest is None or oldest > now.timestamp() - window_s + SETTLE_SLACK_S:
+        return ""
+    if max(raw for _, raw in recommendations) > proposal.target_replicas:
+        return ""
+    warm_floor = next((t.get("replicas") for t in decision.get("terms", []) if t.get("name") == WARM_FLOOR), None)
+    if warm_floor is None or proposal.target_replicas < warm_floor:
+        return ""
+    return (f"scale-down held through the {window_s / 60:.0f}-minute stabilization window and keeps the "
+            f"warm floor of {warm_floor}")
+
+
 def auto_approval_reason(proposal: Proposal, now: datetime) -> str:
     """Why policy approves this proposal without a person, or '' when a person must.
 
-    Reactive scale-ups inside the guardrail and off-hours changes are the planner's own proposals;
-    a person's proposal is approved off-hours only while it stays under the two-person threshold
-    (counting that person's other self-approved changes to the pool within the window).
+    The planner's reactive and predictive scale-ups inside the guardrail, its settled scale-downs
+    and off-hours changes are approved by policy; a person's proposal is approved off-hours only
+    while it stays under the two-person threshold (counting that person's other self-approved
+    changes to the pool within the window).
     """
     policy = proposal.pool.approval
     cluster = proposal.pool.cluster
     planner_made = _by_the_planner(proposal)
-    if (planner_made and policy.auto_approve_reactive and proposal.kind == ProposalKind.REACTIVE
+    if (planner_made and _within_guardrail_kind(policy, proposal.kind)
             and 0 < proposal.delta <= policy.reactive_max_step):
-        return f"reactive scale-up of {proposal.delta} within the guardrail of {policy.reactive_max_step}"
+        return f"{proposal.kind} scale-up of {proposal.delta} within the guardrail of {policy.reactive_max_step}"
+    if planner_made and policy.auto_approve_scale_down and proposal.delta < 0 and proposal.kind != ProposalKind.PRESCALE:
+        if settled := scale_down_settled(proposal, now):
+            return settled
     if not (policy.auto_approve_off_hours and cluster.off_hours_windows):
         return ""
     if not planner_made and _needs_second_person(proposal, proposal.requested_by, now):
@@ -287,6 +356,45 @@ def reject(proposal_id: int, actor: core.Actor, comment: str = "", now: datetime
         proposal.decided_at, proposal.decision_comment = now, comment
         _transition(proposal, ProposalState.REJECTED, actor, comment)
     return proposal
+
+
+BULK_MAX = 50  # proposals decided in one request
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """One proposal's answer in a bulk decision: its state after, or why it was refused."""
+
+    proposal_id: int
+    ok: bool
+    state: str | None
+    error: str = ""
+    status_code: int = 200
+
+
+def decide_many(proposal_ids: list[int], verdict: str, actor: core.Actor, comment: str = "",
+                now: datetime | None = None) -> list[BulkOutcome]:
+    """Approve or reject several proposals, each on its own with every rule of one decision.
+
+    Each decision is its own transaction: one that is refused (already decided, a second person
+    needed, another team's) leaves the others decided. Proposals the actor cannot see answer 404,
+    as they would one by one.
+    """
+    decide_one = {"approve": approve, "reject": reject}[verdict]
+    visible = set(permissions.scoped(Proposal.objects.filter(pk__in=proposal_ids), actor.user)
+                  .values_list("pk", flat=True))
+    outcomes = []
+    for proposal_id in dict.fromkeys(proposal_ids):  # each once, in the order given
+        if proposal_id not in visible:
+            outcomes.append(BulkOutcome(proposal_id, False, None, f"Proposal #{proposal_id} not found.", 404))
+            continue
+        try:
+            decided = decide_one(proposal_id, actor, comment, now=now)
+            outcomes.append(BulkOutcome(proposal_id, True, decided.state))
+        except ProposalError as exc:
+            state = Proposal.objects.filter(pk=proposal_id).values_list("state", flat=True).first()
+            outcomes.append(BulkOutcome(proposal_id, False, state, str(exc), exc.status_code))
+    return outcomes
 
 
 def expire_due(now: datetime | None = None) -> int:

@@ -4,6 +4,10 @@ from scaling import views
 
 urlpatterns = [
     path("approvals/", views.inbox, name="approvals"),
+    path("approvals/pending/", views.pending, name="approvals-pending"),
+    path("approvals/history/", views.history, name="approvals-history"),
+    path("approvals/bulk/", views.bulk_decide, name="approvals-bulk"),
+    path("pools/<int:pk>/decisions/", views.pool_decisions, name="pool-decisions"),
     path("proposals/<int:pk>/card/", views.card, name="proposal-card"),
     re_path(r"^proposals/(?P<pk>[0-9]+)/(?P<verdict>approve|reject)/$", views.decide, name="proposal-decide"),
     re_path(r"^shifts/(?P<pk>[0-9]+)/(?P<verb>pause|resume|rollback|approve)/$", views.shift_act, name="shift-act"),

@@ -1,21 +1,29 @@
-"""Web UI for proposals (the approvals inbox and its live cards) and the pool page's shift actions."""
+"""Web UI for proposals: the approvals inbox (pending and history), its live cards, bulk decisions,
+the pool page's decisions list and its shift actions. Each live part is one fragment with two entry
+points: the page includes it, and the same view returns it alone for htmx's polling."""
 from __future__ import annotations
 
+from django import forms
 from django.contrib.auth.decorators import login_required
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from controlplane import permissions, services as core
 from controlplane.charts import Series, line_chart
 from controlplane.choices import Channel, Role
-from scaling import services, traffic
-from scaling.choices import ACTIVE_STATES, ProposalState
+from controlplane.models import Pool
+from scaling import explain, services, traffic
+from scaling.choices import ACTIVE_STATES, ProposalKind, ProposalState
 from scaling.models import Proposal, TrafficShift
 
+HISTORY_ROWS = 50
+POOL_DECISIONS = 20
+POLICY_WHO = "policy"  # the `who` filter's name for decisions made by policy
 
-def visible_proposals(request: HttpRequest):  # noqa: ANN201
+
+def visible_proposals(request: HttpRequest) -> QuerySet[Proposal]:
     queryset = Proposal.objects.select_related("pool__cluster", "pool__team", "requested_by", "decided_by")
     return permissions.scoped(queryset, request.user)
 
@@ -33,23 +41,130 @@ def evidence_chart(proposal: Proposal):  # noqa: ANN201
     return line_chart([line for line in series if line.values], y_label=evidence.get("window", ""))
 
 
-def _card_context(request: HttpRequest, proposal: Proposal) -> dict:
+def _card_context(request: HttpRequest, proposal: Proposal, selectable: bool = False) -> dict:
     return {
         "proposal": proposal,
+        "sentence": explain.sentence(explain.facts_of(proposal)),
+        "why_a_person": explain.why_for(proposal) if proposal.state == ProposalState.PENDING else "",
         "chart": evidence_chart(proposal),
         "can_decide": proposal.state == ProposalState.PENDING
         and core.may_act_in(request.user, proposal.pool.team, proposal.pool.cluster, Role.OPERATOR),
         "live": proposal.state in ACTIVE_STATES,
+        "selectable": selectable,
     }
 
 
+# --- the inbox: pending ---------------------------------------------------------------------------
+
+
+def _pending_context(request: HttpRequest, outcomes: list[services.BulkOutcome] | None = None) -> dict:
+    proposals = list(visible_proposals(request).filter(state=ProposalState.PENDING)
+                     .prefetch_related("pool__slos").order_by("-created_at", "-id"))
+    cards = [_card_context(request, proposal, selectable=True) for proposal in proposals]
+    return {"cards": cards, "known": ",".join(str(p.pk) for p in proposals),
+            "any_selectable": any(card["can_decide"] for card in cards), "outcomes": outcomes or []}
+
+
 @login_required
+@require_GET
+def pending(request: HttpRequest) -> HttpResponse:
+    """The pending list alone, for polling. Unchanged since the caller's `known` ids: 204 (htmx keeps
+    the page as it is, so a half-typed comment or a ticked box survives); changed: the new list."""
+    pending_ids = visible_proposals(request).filter(state=ProposalState.PENDING).order_by("-created_at", "-id") \
+        .values_list("pk", flat=True)
+    if request.GET.get("known") == ",".join(str(pk) for pk in pending_ids):  # one query, no cards built
+        return HttpResponse(status=204)
+    return render(request, "scaling/_pending.html", _pending_context(request))
+
+
+class ProposalIdsField(forms.TypedMultipleChoiceField):
+    """Any positive id is a choice: the service answers "not found" for what the user cannot see."""
+
+    def valid_value(self, value: object) -> bool:
+        return str(value).isdigit() and 0 < int(str(value)) < 2**31
+
+
+class BulkDecisionForm(forms.Form):
+    ids = ProposalIdsField(coerce=int, error_messages={"required": "Select at least one proposal."})
+    verdict = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
+    comment = forms.CharField(required=False, max_length=2000)
+
+    def clean_ids(self) -> list[int]:
+        ids = self.cleaned_data["ids"]
+        if len(ids) > services.BULK_MAX:
+            raise forms.ValidationError(f"At most {services.BULK_MAX} proposals at once.")
+        return ids
+
+
+@login_required
+@require_POST
+def bulk_decide(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the ticked proposals; answers the pending list with each one's outcome."""
+    form = BulkDecisionForm(request.POST)
+    if not form.is_valid():
+        errors = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())
+        return render(request, "scaling/_pending.html", _pending_context(request) | {"error": errors}, status=400)
+    outcomes = services.decide_many(form.cleaned_data["ids"], form.cleaned_data["verdict"],
+                                    core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
+    return render(request, "scaling/_pending.html", _pending_context(request, outcomes))
+
+
+# --- the inbox: history ---------------------------------------------------------------------------
+
+
+class HistoryFilter(forms.Form):
+    pool = forms.ModelChoiceField(queryset=Pool.objects.none(), required=False, empty_label="any pool")
+    kind = forms.ChoiceField(choices=[("", "any kind"), *ProposalKind.choices], required=False)
+    state = forms.ChoiceField(choices=[("", "any state"), *ProposalState.choices], required=False)
+    who = forms.CharField(required=False, max_length=150,
+                          help_text=f"who asked or decided (a user name, or '{POLICY_WHO}')")
+
+    def __init__(self, request: HttpRequest, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.fields["pool"].queryset = permissions.scoped(Pool.objects.select_related("cluster"), request.user)
+
+    def apply(self, proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
+        data = self.cleaned_data
+        if data.get("pool"):
+            proposals = proposals.filter(pool=data["pool"])
+        if data.get("kind"):
+            proposals = proposals.filter(kind=data["kind"])
+        if data.get("state"):
+            proposals = proposals.filter(state=data["state"])
+        if who := data.get("who", "").strip():
+            proposals = proposals.filter(decided_channel=Channel.AUTO) if who == POLICY_WHO else proposals.filter(
+                Q(requested_by__username__iexact=who) | Q(decided_by__username__iexact=who))
+        return proposals
+
+
+def _history_context(request: HttpRequest) -> tuple[dict, int]:
+    form = HistoryFilter(request, request.GET or None)
+    history = visible_proposals(request).exclude(state=ProposalState.PENDING).order_by("-created_at")
+    status = 200
+    if form.is_bound and not form.is_valid():
+        history, status = history.none(), 400
+    elif form.is_bound:
+        history = form.apply(history)
+    return {"filter": form, "history": history[:HISTORY_ROWS], "query": request.GET.urlencode()}, status
+
+
+@login_required
+@require_GET
+def history(request: HttpRequest) -> HttpResponse:
+    """The decided proposals, filtered; polled with the filter's current values."""
+    context, status = _history_context(request)
+    return render(request, "scaling/_history.html", context, status=status)
+
+
+@login_required
+@require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    """Pending proposals first, then the rest, newest first."""
-    pending_first = Case(When(state=ProposalState.PENDING, then=Value(0)), default=Value(1), output_field=IntegerField())
-    proposals = visible_proposals(request).order_by(pending_first, "-created_at")[:50]
-    cards = [_card_context(request, proposal) for proposal in proposals]
-    return render(request, "scaling/inbox.html", {"cards": cards})
+    """Pending proposals (live, with bulk decisions), then the history with its filters."""
+    history_context, status = _history_context(request)
+    return render(request, "scaling/inbox.html", _pending_context(request) | history_context, status=status)
+
+
+# --- one card -------------------------------------------------------------------------------------
 
 
 @login_required
@@ -61,6 +176,7 @@ def card(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
+    """One decision. Answers the card, or the pool page's decisions list when that is what htmx swaps."""
     proposal = get_object_or_404(visible_proposals(request), pk=pk)
     decide_with = services.approve if verdict == "approve" else services.reject
     error, status = "", 200
@@ -68,6 +184,9 @@ def decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
         decide_with(proposal.pk, core.Actor.from_request(request, Channel.WEB), request.POST.get("comment", "")[:2000])
     except services.ProposalError as exc:
         error, status = str(exc), exc.status_code  # 403 not allowed, 409 already decided
+    if request.htmx and request.htmx.target == DECISIONS_ID:
+        context = decisions_context(request, proposal.pool) | {"error": error}
+        return render(request, "scaling/_decisions.html", context, status=status)
     proposal = visible_proposals(request).get(pk=pk)
     context = _card_context(request, proposal) | {"error": error}
     return render(request, "scaling/_proposal_card.html", context, status=status)
@@ -89,3 +208,22 @@ def shift_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
     except traffic.ShiftError as exc:
         error, status = str(exc), exc.status_code  # 403 not allowed, 409 not in a phase that allows it
     return render(request, "scaling/_shift_card.html", {"shift": shifts.get(pk=pk), "error": error}, status=status)
+
+
+# --- the pool page's decisions ----------------------------------------------------------------------
+
+DECISIONS_ID = "pool-decisions"
+
+
+def decisions_context(request: HttpRequest, pool: Pool) -> dict:
+    """The pool's latest decisions, each pending one with its buttons for those who may decide."""
+    proposals = pool.proposals.select_related("requested_by", "decided_by")[:POOL_DECISIONS]
+    return {"pool": pool, "proposals": proposals,
+            "can_decide": core.may_act_in(request.user, pool.team, pool.cluster, Role.OPERATOR)}
+
+
+@login_required
+@require_GET
+def pool_decisions(request: HttpRequest, pk: int) -> HttpResponse:
+    pool = get_object_or_404(permissions.scoped(Pool.objects.select_related("cluster", "team"), request.user), pk=pk)
+    return render(request, "scaling/_decisions.html", decisions_context(request, pool))

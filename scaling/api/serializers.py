@@ -113,3 +113,24 @@ class TrafficShiftCreateSerializer(ScopedModelSerializer):
 
 class ShiftActionSerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class BulkDecisionSerializer(serializers.Serializer):
+    """Several proposals decided at once: each under the same rules as one approve or reject."""
+
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),
+                                min_length=1, max_length=services.BULK_MAX)
+    verdict = serializers.ChoiceField(choices=["approve", "reject"])
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class BulkOutcomeSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="proposal_id")
+    ok = serializers.BooleanField()
+    state = serializers.CharField(allow_null=True)
+    error = serializers.CharField()
+    status = serializers.IntegerField(source="status_code")
+
+
+class BulkResultSerializer(serializers.Serializer):
+    results = BulkOutcomeSerializer(many=True)

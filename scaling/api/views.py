@@ -32,7 +32,7 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     serializer_class = serializers.ProposalSerializer
     filterset_class = ProposalFilter
     action_roles = {"create": Role.OPERATOR, "approve": Role.OPERATOR, "reject": Role.OPERATOR,
-                    "execute": Role.OPERATOR}
+                    "execute": Role.OPERATOR, "bulk": Role.OPERATOR}
 
     def get_queryset(self):  # noqa: ANN201
         return permissions.scoped(super().get_queryset(), self.request.user)
@@ -78,6 +78,17 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):  # noqa: ANN001, ANN201
         return self._decide(request, services.reject)
+
+    @extend_schema(request=serializers.BulkDecisionSerializer, responses=serializers.BulkResultSerializer)
+    @action(detail=False, methods=["post"])
+    def bulk(self, request):  # noqa: ANN001, ANN201
+        """Approve or reject several proposals at once. Each is decided on its own, under every rule of one
+        decision; `results` says per id whether it went through (`status` 200) or why not (403, 404, 409)."""
+        incoming = serializers.BulkDecisionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        outcomes = services.decide_many(data["ids"], data["verdict"], self.actor, data["comment"])
+        return Response(serializers.BulkResultSerializer({"results": outcomes}).data)
 
     @extend_schema(request=None, responses=serializers.ProposalSerializer)
     @action(detail=True, methods=["post"])

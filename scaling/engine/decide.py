@@ -47,9 +47,13 @@ CORRECTION_MAX_WITH_CURVE = 1.5
 CORRECTION_MAX_WITHOUT_CURVE = 1.0
 
 # Which planner term becomes which kind of proposal (values of `scaling.choices.ProposalKind`).
-PRESCALE_KIND, REACTIVE_KIND = "prescale", "reactive"
+# The predictive term looks one cold start ahead: the safety net acting early, decided like a reactive
+# change (its own kind, the same guardrail). The 30-minute pre-scale (`Decision.prescale`) and its
+# hold are what waits for a person.
+PRESCALE_KIND, REACTIVE_KIND, PREDICTIVE_KIND = "prescale", "reactive", "predictive"
+GUARDRAIL_KINDS = frozenset({REACTIVE_KIND, PREDICTIVE_KIND})
 KIND_BY_BINDING = {
-    planner.PREDICTIVE: PRESCALE_KIND,
+    planner.PREDICTIVE: PREDICTIVE_KIND,
     planner.SCHEDULED: "scheduled",
     planner.WARM_FLOOR: "warm_pool",
     planner.PRESCALE_HOLD: PRESCALE_KIND,
@@ -310,22 +314,31 @@ class _Pending:
 
 @dataclass
 class ApprovalModel:
-    """The replay's approvals: what policy approves (`ApprovalPolicy`, `scaling/services.py`:
-    reactive scale-ups of at most `reactive_max_step`) at once, everything else `approval_delay_s`
-    after a person was first asked (a newer proposal of the same track replaces the older one, the
-    person still answers at that time). An approved pre-scale is held as a floor until its
-    30-minute horizon from when it was made has passed, as the loop's `approved_floor` does."""
+    """The replay's approvals: what policy approves (`ApprovalPolicy`, `scaling/services.py`) at once,
+    everything else `approval_delay_s` after a person was first asked (a newer proposal of the same
+    track replaces the older one, the person still answers at that time). Policy approves reactive and
+    predictive scale-ups of at most `reactive_max_step` (a larger one runs that share at once and
+    leaves the rest to the person) and the planner's scale-downs (its targets are stabilized over the
+    window and never under the warm floor, the conditions the live policy checks). An approved
+    pre-scale is held as a floor until its 30-minute horizon from when it was made has passed, as the
+    loop's `approved_floor` does."""
 
     approval_delay_s: float = 60.0
     reactive_max_step: int = 4
+    auto_approve_scale_down: bool = True
     pending: dict[bool, _Pending] = field(default_factory=dict)  # by track: pre-scale or not
     floor: tuple[int, float] | None = None  # (replicas, until)
 
     def approved_floor(self, now_s: float) -> int:
         return self.floor[0] if self.floor is not None and now_s < self.floor[1] else 0
 
-    def auto_approved(self, kind: str, current: int, target: int) -> bool:
-        return kind == REACTIVE_KIND and 0 < target - current <= self.reactive_max_step
+    def at_once(self, kind: str, current: int, target: int) -> int:
+        """The replicas policy approves at once for this change (`current` when it approves nothing)."""
+        if kind in GUARDRAIL_KINDS and target > current:
+            return min(target, current + self.reactive_max_step)
+        if self.auto_approve_scale_down and kind != PRESCALE_KIND and target < current:
+            return target
+        return current
 
     def apply(self, now_s: float, decision: Decision, desired: int, horizon_s: float,
               min_replicas: int, max_replicas: int) -> int:
@@ -336,12 +349,15 @@ class ApprovalModel:
             kind, wanted = change
             track = kind == PRESCALE_KIND
             older = self.pending.get(track)
-            if not track and self.auto_approved(kind, desired, wanted):
-                self.pending.pop(track, None)
-                target = wanted
-            elif older is None or older.target != wanted:
-                due = older.due_s if older is not None else now_s + self.approval_delay_s
-                self.pending[track] = _Pending(due, kind, wanted, now_s, desired)
+            # As the loop: a proposal already waiting for this target answers the decision.
+            if older is None or older.target != wanted:
+                share = desired if track else self.at_once(kind, desired, wanted)
+                if share == wanted:
+                    self.pending.pop(track, None)
+                else:
+                    due = older.due_s if older is not None else now_s + self.approval_delay_s
+                    self.pending[track] = _Pending(due, kind, wanted, now_s, desired)
+                target = share  # the guardrail's share runs now; the rest waits for the person
         for track, pending in sorted(self.pending.items()):
             if now_s < pending.due_s:
                 continue

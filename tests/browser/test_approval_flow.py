@@ -25,10 +25,12 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 
 
 @pytest.fixture
-def page(live_server):  # noqa: ANN001, ANN201
+def page(live_server, monkeypatch):  # noqa: ANN001, ANN201
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium is not installed at {CHROMIUM} (make system-deps installs it)")
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
+    # Playwright's sync API runs an event loop. Undone after the test: a later `check --deploy` in the
+    # same run would otherwise warn about it.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()

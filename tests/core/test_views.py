@@ -36,7 +36,7 @@ def test_the_fleet_lists_visible_pools_with_bounds_slos_and_owner(alice: User, p
 def test_the_fleet_table_is_a_fragment_for_htmx(alice: User, pool: Pool) -> None:
     response = _login(alice).get("/", HTTP_HX_REQUEST="true")
     body = response.content.decode()
-    assert body.lstrip().startswith('<table class="grid" id="fleet-table"') and "<html" not in body
+    assert body.lstrip().startswith('<div id="fleet-table"') and "<html" not in body
 
 
 def test_the_pool_page_hides_other_teams_pools(charlie: User, pool: Pool) -> None:

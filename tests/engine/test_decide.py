@@ -103,23 +103,31 @@ def _decision(target: int, current: int, binding: str = planner.REACTIVE) -> pla
 @pytest.mark.parametrize(
     ("binding", "current", "target", "at_once"),
     [
-        (planner.REACTIVE, 3, 7, True),  # reactive, +4: within the guardrail
-        (planner.REACTIVE, 3, 8, False),  # +5: a person
-        (planner.PREDICTIVE, 3, 4, False),  # a forecast's target is a pre-scale: a person
-        (planner.REACTIVE, 5, 4, False),  # scale-downs: a person
+        (planner.REACTIVE, 3, 7, 7),  # reactive, +4: within the guardrail
+        (planner.REACTIVE, 3, 8, 7),  # +5: the guardrail's share now, the last one by a person
+        (planner.PREDICTIVE, 3, 4, 4),  # the forecast a cold start ahead: the same guardrail
+        (planner.PREDICTIVE, 3, 9, 7),
+        (planner.SCHEDULED, 3, 5, 3),  # a known peak: a person
+        (planner.REACTIVE, 5, 4, 4),  # the planner's scale-downs are stabilized and keep the warm floor
     ],
 )
 def test_replayed_approvals_follow_the_live_policy(binding, current, target, at_once):
     approvals = ApprovalModel(approval_delay_s=60.0)
     applied = approvals.apply(0.0, _decision(target, current, binding), current, 1800.0, 1, 20)
-    assert applied == (target if at_once else current)
-    if not at_once:
-        assert approvals.apply(30.0, _decision(target, current, binding), current, 1800.0, 1, 20) == current
-        assert approvals.apply(60.0, _decision(target, current, binding), current, 1800.0, 1, 20) == target
+    assert applied == at_once
+    if at_once != target:  # the rest waits for the person, and the same decision again asks nothing new
+        assert approvals.apply(30.0, _decision(target, applied, binding), applied, 1800.0, 1, 20) == applied
+        assert approvals.apply(60.0, _decision(target, applied, binding), applied, 1800.0, 1, 20) == target
+
+
+def test_replayed_scale_downs_wait_for_a_person_when_the_policy_says_so():
+    approvals = ApprovalModel(approval_delay_s=60.0, auto_approve_scale_down=False)
+    assert approvals.apply(0.0, _decision(4, 5), 5, 1800.0, 1, 20) == 5
+    assert approvals.apply(60.0, _decision(4, 5), 5, 1800.0, 1, 20) == 4
 
 
 def test_a_person_answers_the_newest_proposal_at_the_first_ones_time_and_only_if_it_still_holds():
-    approvals = ApprovalModel(approval_delay_s=60.0)
+    approvals = ApprovalModel(approval_delay_s=60.0, reactive_max_step=0, auto_approve_scale_down=False)
     approvals.apply(0.0, _decision(10, 3), 3, 1800.0, 1, 20)
     approvals.apply(30.0, _decision(12, 3), 3, 1800.0, 1, 20)  # replaces it
     assert approvals.apply(60.0, _decision(12, 3), 3, 1800.0, 1, 20) == 12
@@ -131,6 +139,7 @@ def test_default_replay_guardrail_is_the_live_default():
     from controlplane.config import ApprovalPolicy
 
     assert ApprovalModel().reactive_max_step == ApprovalPolicy().reactive_max_step
+    assert ApprovalModel().auto_approve_scale_down == ApprovalPolicy().auto_approve_scale_down
 
 
 class _Recorded:

@@ -65,7 +65,9 @@ def test_the_pool_page_shows_the_planners_latest_answer(kube_pool: Pool, alice: 
     assert "holding: signals unknown" in body and "<code>HoldCurrent</code>" in body
     fleet = client.get("/").content.decode()
     assert "1 / 0 / 1" in fleet or "0 / 1 / 1" in fleet  # ready / arriving / desired, read from the cluster
-    assert '<span class="muted">?</span>' in fleet and "/ 1 s</span>" in fleet  # unknown TTFT against its SLO
+    # Unknown TTFT against its SLO, and why: the signals are unknown, so the planner holds.
+    assert 'class="reading unknown"' in fleet and 'TTFT p95 <b>unknown</b> <span class="muted">≤ 1 s</span>' in fleet
+    assert "holding, never scaling down" in fleet
 
 
 def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> None:

@@ -29,7 +29,7 @@ def test_the_inbox_lists_pending_first_with_evidence(pool: Pool, alice: User) ->
     services.reject(old.pk, core.Actor(alice, Channel.WEB))
     _proposal(pool, alice, target=5, evidence={"forecast_expected": [1, 2, 4], "forecast_p90": [2, 3, 6], "capacity": [2, 2, 2]})
     body = _login(alice).get("/approvals/").content.decode()
-    assert body.index("1 → <strong>5</strong>") < body.index("1 → <strong>3</strong>")
+    assert body.index("1 → <strong>5</strong>") < body.index("<h2>History</h2>") < body.index("1 → 3")
     assert "forecast_3x" in body and "<polyline" in body and "Approve" in body
 
 

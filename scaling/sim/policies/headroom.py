@@ -4,7 +4,8 @@ A thin adapter: each tick the observation becomes fresh `PoolSignals` (the simul
 never go missing) and the policy calls `decide()`, the same function the live loop calls, with a
 `PoolHistory` kept in memory (the observed arrival rates, the replicas it asked for, the approved
 pre-scale) instead of the database. What the decision asks for is approved as production approves
-it (`ApprovalModel`): reactive scale-ups within the guardrail at once, everything else
+it (`ApprovalModel`): reactive and predictive scale-ups within the guardrail at once (a larger
+one its guardrail's share), the planner's scale-downs at once, everything else
 `approval_delay_s` later (default 60 s: a person clicking in Slack); an approved pre-scale is held
 as a floor until the 30-minute horizon it was made for has passed.
 

@@ -1,0 +1,101 @@
+"""A pool "now", at a glance: each reading next to its objective and coloured by it, its trend over the
+last 5 minutes, the replica ceiling, what waits for a person and since when, and how fresh the data is.
+
+Pure Python (no Django): `templatetags/glance.py` gathers the values from the database once per pool
+and the fleet and pool pages render the result. Unknown is shown as unknown, never as zero.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+TREND_WINDOW_S = 300.0  # "better or worse" compares with the reading this long ago
+TREND_TOLERANCE = 0.10  # changes under 10 % are steady
+WARN_SHARE = 0.8  # a reading above 80 % of its objective is a warning, above 100 % a breach
+FRESH_S = 45.0  # three ticks: older replica reads mean the loop is not reading this pool
+
+
+@dataclass(frozen=True)
+class Reading:
+    label: str  # "TTFT p95"
+    value: str  # "0.82 s", or "unknown"
+    objective: str  # "≤ 1 s", or "" when there is none
+    level: str  # "ok", "warn", "bad", or "unknown"
+    trend: str  # "better", "worse", "steady", or "" when there is nothing to compare with
+
+
+@dataclass(frozen=True)
+class PoolNow:
+    readings: tuple[Reading, ...]
+    at_ceiling: str  # "at its replica ceiling (8)" or ""
+    waiting: str  # "waiting for approval since 04:52 UTC (4 min): …" or ""
+    freshness: str  # "read 12 s ago", or "not read for 3 min: why"
+    fresh: bool
+
+
+def level(value: float | None, objective: float | None) -> str:
+    if value is None:
+        return "unknown"
+    if objective is None or objective <= 0:
+        return "ok"
+    return "ok" if value <= WARN_SHARE * objective else "warn" if value <= objective else "bad"
+
+
+def trend(now: float | None, before: float | None) -> str:
+    """Lower is better for every reading shown (latency, queue)."""
+    if now is None or before is None:
+        return ""
+    scale = max(abs(before), 1e-9)
+    change = (now - before) / scale
+    return "worse" if change > TREND_TOLERANCE else "better" if change < -TREND_TOLERANCE else "steady"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def latency_reading(label: str, now: float | None, before: float | None, objective_s: float | None) -> Reading:
+    return Reading(label, "unknown" if now is None else _seconds(now),
+                   "" if objective_s is None else f"≤ {objective_s:g} s", level(now, objective_s), trend(now, before))
+
+
+def queue_reading(now: float | None, before: float | None, ready: int | None, target_per_replica: float) -> Reading:
+    """Waiting requests per ready replica against the pool's target queue per replica."""
+    per_replica = None if now is None or not ready else now / ready
+    value = "unknown" if now is None else f"{now:.0f} waiting" + ("" if per_replica is None else f" ({per_replica:.1f}/replica)")
+    return Reading("queue", value, f"≤ {target_per_replica:g}/replica", level(per_replica, target_per_replica),
+                   trend(now, before))
+
+
+def ceiling(desired: int | None, max_replicas: int) -> str:
+    return f"at its replica ceiling ({max_replicas})" if desired is not None and desired >= max_replicas else ""
+
+
+def waiting(since: datetime | None, now: datetime, why: str) -> str:
+    """"waiting for approval since 04:52 UTC (4 min): <who may approve and why a person is needed>"."""
+    if since is None:
+        return ""
+    minutes = max(0, int((now - since).total_seconds() // 60))
+    return f"waiting for approval since {since:%H:%M} UTC ({minutes} min): {why}"
+
+
+def freshness(observed_at: datetime | None, now: datetime, last_error: str, signals_unknown_s: float | None
+              ) -> tuple[str, bool]:
+    """How old the pool's data is, and why when it is not fresh."""
+    if observed_at is None:
+        reason = f": {last_error}" if last_error else ": Headroom has never read it from its cluster"
+        return f"not read{reason}", False
+    age_s = max(0.0, (now - observed_at).total_seconds())
+    if age_s > FRESH_S:
+        reason = last_error or "the control loop has not read this pool since (is the worker running?)"
+        return f"not read for {_age(age_s)}: {reason}", False
+    if signals_unknown_s is not None:  # math.inf: unknown since the planner started
+        since = f" for {_age(signals_unknown_s)}" if math.isfinite(signals_unknown_s) else ""
+        return (f"replicas read {_age(age_s)} ago; signals unknown{since} "
+                "(Prometheus did not answer): holding, never scaling down"), False
+    return f"read {_age(age_s)} ago", True
