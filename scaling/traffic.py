@@ -17,7 +17,6 @@ from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
