@@ -213,7 +213,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     # The proposal's requested and decided channels share one set of choices: one name for it.
-    "ENUM_NAME_OVERRIDES": {"ActorChannelEnum": "controlplane.choices.Channel"},
+    # One name per choice set, where several models' fields of the same name (state, tier) would collide.
+    "ENUM_NAME_OVERRIDES": {
+        "ActorChannelEnum": "controlplane.choices.Channel",
+        "AlertTierEnum": "incidents.choices.AlertTier",
+        "AlertStateEnum": "incidents.choices.AlertState",
+        "IncidentStateEnum": "incidents.choices.IncidentState",
+        "NotificationStateEnum": "incidents.choices.NotificationState",
+        "ProposalStateEnum": "scaling.choices.ProposalState",
+    },
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
