@@ -4,5 +4,6 @@ from scaling.api import views
 
 router = SimpleRouter()
 router.register("proposals", views.ProposalViewSet)
+router.register("reports", views.WarmPoolReportViewSet)
 
 urlpatterns = router.urls
