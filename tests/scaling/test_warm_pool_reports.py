@@ -210,3 +210,14 @@ def test_the_command_names_the_line_of_a_malformed_trace(pool: Pool, tmp_path: P
     trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,many,44\n")
     with pytest.raises(CommandError, match=r"broken.csv: line 2, column 2 \(ContextTokens\): expected a number"):
         call_command("warm_pool_report", "chat-8b", "--trace", str(trace), "--out", str(tmp_path))
+
+
+def test_the_worker_task_runs_the_report_by_id(pool: Pool, alice: User) -> None:
+    from scaling.tasks import run_warm_pool_report
+
+    report = _ask(pool, alice)
+    run_warm_pool_report(report.pk)
+    report.refresh_from_db()
+    assert report.state == ReportState.FAILED and report.finished_at is not None and report.lease_until is None
+    run_warm_pool_report(report.pk)  # a redelivered task finds it finished and leaves it alone
+    assert WarmPoolReport.objects.get(pk=report.pk).finished_at == report.finished_at
