@@ -18,6 +18,7 @@ from typing import Callable
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane import services as core
@@ -139,9 +140,10 @@ def _enqueue(report_id: int) -> None:
 def take(report_id: int, now: datetime | None = None) -> bool:
     """pending (or running with its lease run out) → running; False when another worker has it."""
     now = now or timezone.now()
-    free = WarmPoolReport.objects.filter(pk=report_id, state=ReportState.PENDING) | WarmPoolReport.objects.filter(
-        pk=report_id, state=ReportState.RUNNING, lease_until__lt=now)
-    return WarmPoolReport.objects.filter(pk__in=free.values("pk")).update(
+    # One UPDATE whose WHERE is on the row itself: a second worker waits for the first one's lock and
+    # then finds the row no longer free (PostgreSQL re-checks it), so a report runs once.
+    free = Q(state=ReportState.PENDING) | Q(state=ReportState.RUNNING, lease_until__lt=now)
+    return WarmPoolReport.objects.filter(free, pk=report_id).update(
         state=ReportState.RUNNING, started_at=now, lease_until=now + RUN_LEASE, percent_done=0, error="") == 1
 
 
