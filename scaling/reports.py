@@ -5,7 +5,7 @@ traffic (a `Workload`: the pool's stored request rates or a trace) and a `Report
 cold starts, SLO, prices, sizes). Each size is replayed in fluid mode under the `headroom` policy,
 the live loop's decide step (`scaling/engine/decide.py`), with the warm floor set to that share of
 the expected peak; everything else is the same for every size, including the load-tested capacity.
-The service (`scaling/services.py` callers: `scaling/report_runs.py`) stores the answer.
+`scaling/report_service.py` reads the inputs from the database and stores the answer.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from scaling.sim.policies.base import Observation
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
 from scaling.sim.profiles import PoolProfile
 from scaling.sim.result import SimResult
+from scaling.sim.transforms import time_shift
 from scaling.sim.workload import RateTrace, Workload
 
 DEFAULT_SIZES_PCT = (0, 10, 20, 30, 40, 50, 60)  # of the expected peak; the current setting is added
@@ -263,8 +264,6 @@ def _longest_gap(known: np.ndarray) -> tuple[int, int] | None:
 
 def last_days(workload: Workload, days: float, warmup_s: float) -> Workload:
     """The last `days` of a workload plus the warm-up before them (the whole of a shorter one)."""
-    from scaling.sim.transforms import time_shift
-
     if workload.span_s <= warmup_s + RATE_BIN_S:
         raise ReportInputError(f"the traffic lasts {workload.span_s:.0f} s: too short for a "
                                f"{warmup_s:.0f}-s warm-up and a scored period")
