@@ -257,6 +257,6 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
         sizes_pct=tuple(report.sizes_pct) or reports.DEFAULT_SIZES_PCT,
         slo_ttft_s=(slo.threshold / 1000.0) if slo else 1.0, slo_objective=slo.objective if slo else 0.99,
         min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
-        traffic_source=f"{source}; profile {how}", period_start_s=start_s, peak_basis=report.peak_basis,
+        flag_above_pct=float(settings.WARM_POOL_REPORT_FLAG_ABOVE_PCT), traffic_source=f"{source}; profile {how}", period_start_s=start_s, peak_basis=report.peak_basis,
     )
     return Inputs(workload, spec, recorded)

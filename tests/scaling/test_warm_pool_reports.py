@@ -54,7 +54,8 @@ def _ask(pool: Pool, user: User, **kwargs) -> WarmPoolReport:  # noqa: ANN003
     return report_service.request_report(pool, core.Actor(user, Channel.API), **options)
 
 
-def test_it_reports_from_the_stored_history_and_compares_with_it(pool: Pool, alice: User) -> None:
+def test_it_reports_from_the_stored_history_and_compares_with_it(pool: Pool, alice: User, settings) -> None:  # noqa: ANN001
+    settings.WARM_POOL_REPORT_FLAG_ABOVE_PCT = 5
     Cluster.objects.filter(pk=pool.cluster_id).update(gpu_prices={"H100": {"on_demand": 4.0, "spot": 1.5}})
     ColdStart.objects.bulk_create([ColdStart(pool=pool, seconds=seconds) for seconds in (50, 55, 60, 70, 120)])
     _store_history(pool)
@@ -73,6 +74,7 @@ def test_it_reports_from_the_stored_history_and_compares_with_it(pool: Pool, ali
     assert compared["ttft_p95_ms_median"]["observed"] == pytest.approx(300, abs=20)
     assert compared["ttft_p95_ms_median"]["predicted"] is not None and compared["observed_samples"] > 400
     assert result["period"]["start"] is not None and result["worst_day"]["minutes"] > 100
+    assert result["flag_above_pct"] == 5 and all(r["flagged"] == (r["extra_cost_pct"] > 5) for r in result["rows"])
 
 
 def test_a_pool_without_history_fails_with_a_sentence(pool: Pool, alice: User) -> None:
