@@ -6,6 +6,7 @@ sizes, so each report takes seconds; the computation itself is tested in tests/s
 from __future__ import annotations
 
 import csv
+import json
 import io
 import math
 from datetime import timedelta
@@ -223,3 +224,11 @@ def test_the_worker_task_runs_the_report_by_id(pool: Pool, alice: User) -> None:
     assert report.state == ReportState.FAILED and report.finished_at is not None and report.lease_until is None
     run_warm_pool_report(report.pk)  # a redelivered task finds it finished and leaves it alone
     assert WarmPoolReport.objects.get(pk=report.pk).finished_at == report.finished_at
+
+
+def test_the_command_prints_json(pool: Pool, traces_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    call_command("warm_pool_report", "chat-8b", "--trace", str(traces_dir / "AzureLLMInferenceTrace_code.csv"),
+                 "--days", "0.012", "--sizes", "0", "--json", "--out", str(tmp_path))
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["pool"] == "gpu-us-east/chat-8b" and [row["warm_pool_pct"] for row in printed["rows"]] == [0, 40]
+    assert printed == {"id": printed["id"], "pool": printed["pool"], **WarmPoolReport.objects.get().result}
