@@ -252,6 +252,8 @@ KUBERNETES_TIMEOUT_S = env_int("KUBERNETES_TIMEOUT_S", 10, minimum=1)
 EXECUTION_LEASE_S = env_int("EXECUTION_LEASE_S", 120, minimum=10)
 # Give up tracking replicas to Ready after this long (the proposal fails with the reason).
 READY_TIMEOUT_S = env_int("READY_TIMEOUT_S", 900, minimum=60)
+# A warm-pool report flags a size costing more than this many percent above no warm pool (docs/reports.md).
+WARM_POOL_REPORT_FLAG_ABOVE_PCT = env_int("WARM_POOL_REPORT_FLAG_ABOVE_PCT", 25, minimum=0)
 # Transient failures (timeouts, 5xx, 409s past the retries) are retried with a doubling backoff
 # from 5 s, capped at 2 minutes, jittered; 8 attempts ride out about 5 minutes of API trouble.
 EXECUTION_MAX_ATTEMPTS = env_int("EXECUTION_MAX_ATTEMPTS", 8, minimum=1)

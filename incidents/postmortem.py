@@ -79,7 +79,7 @@ def _summary(incident: Incident, end: datetime) -> list[str]:
     ]
     alerts = list(incident.alerts.order_by("started_at"))
     if alerts:
-        lines.append(f"- Alerts: " + "; ".join(f"#{a.pk} {a.tier} {a.rule} ({a.state})" for a in alerts))
+        lines.append("- Alerts: " + "; ".join(f"#{a.pk} {a.tier} {a.rule} ({a.state})" for a in alerts))
     return lines
 
 

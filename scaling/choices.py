@@ -93,3 +93,20 @@ SHIFT_TRANSITIONS: dict[str, frozenset[str]] = {
 
 def can_shift(source: str, target: str) -> bool:
     return target in SHIFT_TRANSITIONS.get(source, frozenset())
+
+
+class ReportState(models.TextChoices):
+    PENDING = "pending", "Waiting for a worker"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Done"
+    FAILED = "failed", "Failed"
+
+
+REPORT_ACTIVE_STATES = frozenset({ReportState.PENDING, ReportState.RUNNING})
+
+
+class PeakBasis(models.TextChoices):
+    """What a warm-pool size is a share of (`scaling.reports.PEAK_BASES`)."""
+
+    FORECAST = "forecast", "The 30-minute forecast's expected peak (what the planner does today)"
+    DAY_PEAK = "day-peak", "The highest 1-minute rate of the last 24 hours (a proposed standing floor)"

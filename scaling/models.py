@@ -1,4 +1,4 @@
-"""Capacity proposals, their event history, measured cold starts, and traffic shifts."""
+"""Capacity proposals, their event history, measured cold starts, traffic shifts and warm-pool reports."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -7,7 +7,7 @@ from django.db.models import Q
 
 from controlplane.choices import Channel
 from controlplane.models import Cluster, Pool
-from scaling.choices import SHIFT_ACTIVE_PHASES, ProposalKind, ProposalState, RouterKind, ShiftPhase
+from scaling.choices import SHIFT_ACTIVE_PHASES, PeakBasis, ProposalKind, ProposalState, ReportState, RouterKind, ShiftPhase
 
 
 class Proposal(models.Model):
@@ -275,3 +275,41 @@ class TrafficShiftEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class WarmPoolReport(models.Model):
+    """A warm-pool report (`scaling/reports.py`): asked for, run by a worker, kept to compare over time."""
+
+    team_lookups = ("pool__team",)  # who owns it (see controlplane.permissions)
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="warm_pool_reports")
+    state = models.CharField(max_length=16, choices=ReportState.choices, default=ReportState.PENDING)
+    percent_done = models.PositiveSmallIntegerField(default=0)
+    days = models.FloatField(help_text="Days of traffic replayed (the last ones of the history or the trace).")
+    sizes_pct = models.JSONField(default=list, help_text="Warm-pool sizes asked for, percent of the expected peak.")
+    trace_name = models.CharField(max_length=200, blank=True, help_text="Empty: the pool's stored request history.")
+    trace_data = models.BinaryField(null=True, blank=True, editable=False)  # an uploaded trace, as sent
+    rate_scale = models.FloatField(default=1.0, help_text="Traffic multiplied by this (what-if growth; 1: as recorded).")
+    peak_basis = models.CharField(max_length=16, choices=PeakBasis.choices, default=PeakBasis.FORECAST)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    requested_channel = models.CharField(max_length=16, choices=Channel.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # A worker holds a running report until this time; past it (the worker died) another may take it.
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["pool", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"warm-pool report #{self.pk} for {self.pool} ({self.state})"
+
+    @property
+    def source(self) -> str:
+        return f"trace {self.trace_name}" if self.trace_name else "stored request history"

@@ -37,3 +37,11 @@ def advance_shifts() -> None:
     from scaling import traffic
 
     traffic.advance()
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def run_warm_pool_report(report_id: int) -> None:
+    """Replay a pool's traffic at each warm-pool size (`scaling/reports.py`); progress is on the row."""
+    from scaling import report_service
+
+    report_service.run(report_id)

@@ -11,4 +11,9 @@ urlpatterns = [
     path("proposals/<int:pk>/card/", views.card, name="proposal-card"),
     re_path(r"^proposals/(?P<pk>[0-9]+)/(?P<verdict>approve|reject)/$", views.decide, name="proposal-decide"),
     re_path(r"^shifts/(?P<pk>[0-9]+)/(?P<verb>pause|resume|rollback|approve)/$", views.shift_act, name="shift-act"),
+    path("pools/<int:pk>/reports/", views.pool_reports, name="pool-reports"),
+    path("reports/<int:pk>/", views.report_detail, name="warm-pool-report"),
+    path("reports/<int:pk>/body/", views.report_body, name="warm-pool-report-body"),
+    re_path(r"^reports/(?P<pk>[0-9]+)/download/(?P<name>curve\.svg|worst-day\.svg|csv|json)$", views.report_file,
+            name="warm-pool-report-file"),
 ]

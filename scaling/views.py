@@ -1,22 +1,26 @@
 """Web UI for proposals: the approvals inbox (pending and history), its live cards, bulk decisions,
-the pool page's decisions list and its shift actions. Each live part is one fragment with two entry
-points: the page includes it, and the same view returns it alone for htmx's polling."""
+the pool page's decisions list and its shift actions; and warm-pool reports. Each live part is one
+fragment with two entry points: the page includes it, and the same view returns it alone for htmx's
+polling."""
 from __future__ import annotations
+
+import json
 
 from django import forms
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane import permissions, services as core
-from controlplane.charts import Series, line_chart
+from controlplane.charts import Series, cost_latency_curve, line_chart, worst_day_chart
 from controlplane.choices import Channel, Role
 from controlplane.models import Pool
-from scaling import explain, services, traffic
-from scaling.choices import ACTIVE_STATES, ProposalKind, ProposalState
-from scaling.models import Proposal, TrafficShift
+from scaling import explain, report_service, reports, services, traffic
+from scaling.choices import ACTIVE_STATES, REPORT_ACTIVE_STATES, PeakBasis, ProposalKind, ProposalState, ReportState
+from scaling.models import Proposal, TrafficShift, WarmPoolReport
 
 HISTORY_ROWS = 50
 POOL_DECISIONS = 20
@@ -227,3 +231,77 @@ def decisions_context(request: HttpRequest, pool: Pool) -> dict:
 def pool_decisions(request: HttpRequest, pk: int) -> HttpResponse:
     pool = get_object_or_404(permissions.scoped(Pool.objects.select_related("cluster", "team"), request.user), pk=pk)
     return render(request, "scaling/_decisions.html", decisions_context(request, pool))
+
+
+# ---------------------------------------------------------------------------- warm-pool reports
+
+
+def _visible_reports(request: HttpRequest):  # noqa: ANN201
+    return permissions.scoped(WarmPoolReport.objects.select_related("pool__cluster", "pool__team", "requested_by")
+                              .defer("trace_data"), request.user)
+
+
+def _report_context(report: WarmPoolReport) -> dict:
+    result = report.result or {}
+    context: dict = {"report": report, "live": report.state in REPORT_ACTIVE_STATES, "result": result}
+    if report.state == ReportState.SUCCEEDED and result:
+        context["curve"] = cost_latency_curve(result["rows"], result["slo"]["objective"])
+        context["worst_day"] = worst_day_chart(result["worst_day"], result["slo"]["ttft_ms"])
+    return context
+
+
+@login_required
+def pool_reports(request: HttpRequest, pk: int) -> HttpResponse:
+    """A pool's warm-pool reports, newest first, and the form that asks for a new one."""
+    pool = get_object_or_404(permissions.scoped(Pool.objects.select_related("cluster", "team"), request.user), pk=pk)
+    can_run = core.has_role(request.user, pool.team, Role.OPERATOR)
+    error, status = "", 200
+    if request.method == "POST":
+        if not can_run:
+            raise PermissionDenied("Reports need the operator role in this pool's team.")
+        try:
+            sizes = reports.parse_sizes(request.POST.get("sizes", "") or "0,10,20,30,40,50,60")
+            days = float(request.POST.get("days", "") or reports.DEFAULT_DAYS)
+            report = report_service.request_report(
+                pool, core.Actor.from_request(request, Channel.WEB), days=days, sizes_pct=sizes,
+                peak_basis=request.POST.get("peak_basis", PeakBasis.FORECAST))
+        except ValueError as exc:  # ReportRequestError, ReportInputError, a days that is no number
+            error, status = str(exc), 400
+        else:
+            return redirect("warm-pool-report", pk=report.pk)
+    listed = _visible_reports(request).filter(pool=pool)[:30]
+    return render(request, "scaling/pool_reports.html", {
+        "pool": pool, "reports": listed, "can_run": can_run, "error": error, "bases": PeakBasis.choices,
+        "default_sizes": ",".join(f"{size:g}" for size in reports.DEFAULT_SIZES_PCT)}, status=status)
+
+
+@login_required
+def report_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    report = get_object_or_404(_visible_reports(request), pk=pk)
+    return render(request, "scaling/report.html", _report_context(report))
+
+
+@login_required
+def report_body(request: HttpRequest, pk: int) -> HttpResponse:
+    """The report's body alone: what the page polls while the report runs."""
+    report = get_object_or_404(_visible_reports(request), pk=pk)
+    return render(request, "scaling/_report_body.html", _report_context(report))
+
+
+REPORT_FILES = {"curve.svg": "image/svg+xml", "worst-day.svg": "image/svg+xml", "csv": "text/csv",
+                "json": "application/json"}
+
+
+@login_required
+def report_file(request: HttpRequest, pk: int, name: str) -> HttpResponse:
+    """Downloads: the two charts as SVG, the rows as CSV, the whole report as JSON."""
+    report = get_object_or_404(_visible_reports(request), pk=pk)
+    if report.state != ReportState.SUCCEEDED or name not in REPORT_FILES:
+        raise Http404("The report is not done, or there is no such file.")
+    context = _report_context(report)
+    body = {"curve.svg": lambda: str(context["curve"]), "worst-day.svg": lambda: str(context["worst_day"]),
+            "csv": lambda: reports.rows_csv(report.result), "json": lambda: json.dumps(report.result, indent=1)}[name]()
+    response = HttpResponse(body, content_type=REPORT_FILES[name])
+    filename = f"warm-pool-report-{report.pk}" + (f"-{name}" if name.endswith(".svg") else f".{name}")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

@@ -3,10 +3,10 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.api.serializers import ScopedModelSerializer
-from scaling import services
-from scaling.choices import ProposalKind
+from scaling import report_service, reports, services
+from scaling.choices import PeakBasis, ProposalKind
 from scaling.engine import shifting
-from scaling.models import Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent
+from scaling.models import Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent, WarmPoolReport
 
 
 class ProposalEventSerializer(serializers.ModelSerializer):
@@ -134,3 +134,45 @@ class BulkOutcomeSerializer(serializers.Serializer):
 
 class BulkResultSerializer(serializers.Serializer):
     results = BulkOutcomeSerializer(many=True)
+
+
+class WarmPoolReportSerializer(serializers.ModelSerializer):
+    """A warm-pool report: its state and percent done, and once done its result (`docs/reports.md`)."""
+
+    pool_name = serializers.CharField(source="pool.__str__", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = WarmPoolReport
+        fields = ["id", "pool", "pool_name", "state", "percent_done", "days", "sizes_pct", "rate_scale", "peak_basis",
+                  "trace_name", "error", "requested_by", "requested_channel", "created_at", "started_at",
+                  "finished_at", "result"]
+        read_only_fields = fields
+
+
+class WarmPoolReportListSerializer(WarmPoolReportSerializer):
+    """The list leaves the result out (it carries a day of per-minute series); read one report for it."""
+
+    class Meta(WarmPoolReportSerializer.Meta):
+        fields = [name for name in WarmPoolReportSerializer.Meta.fields if name != "result"]
+        read_only_fields = fields
+
+
+class WarmPoolReportCreateSerializer(ScopedModelSerializer):
+    """Ask for a report: a pool, the last `days` of its stored history (or an uploaded `trace`), the sizes."""
+
+    days = serializers.FloatField(default=reports.DEFAULT_DAYS, min_value=report_service.MIN_DAYS,
+                                  max_value=report_service.MAX_DAYS)
+    sizes_pct = serializers.ListField(child=serializers.FloatField(min_value=0, max_value=100), required=False,
+                                      allow_empty=False, max_length=21)
+    rate_scale = serializers.FloatField(default=1.0, min_value=0.001, max_value=1000)
+    peak_basis = serializers.ChoiceField(choices=PeakBasis.choices, default=PeakBasis.FORECAST)
+    trace = serializers.FileField(required=False, allow_empty_file=False, write_only=True,
+                                  help_text="A trace file (Azure CSV, Mooncake JSONL, ServeGen CSV or tar.gz).")
+
+    class Meta:
+        model = WarmPoolReport
+        fields = ["pool", "days", "sizes_pct", "rate_scale", "peak_basis", "trace"]
+
+    def validate(self, attrs):  # noqa: ANN001, ANN201
+        return attrs  # the service checks the rest (the trace is parsed there)

@@ -2,19 +2,21 @@ from __future__ import annotations
 
 import django_filters
 from django.db.models import Q
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
 from controlplane.api.views import PoolChildFilter
 from controlplane.choices import Channel, Role
-from scaling import services, traffic
+from scaling import report_service, reports, services, traffic
 from scaling.api import serializers
-from scaling.choices import SHIFT_ACTIVE_PHASES
-from scaling.models import Proposal, TrafficShift
+from scaling.choices import SHIFT_ACTIVE_PHASES, ReportState
+from scaling.models import Proposal, TrafficShift, WarmPoolReport
 
 
 class ProposalFilter(PoolChildFilter):
@@ -184,3 +186,61 @@ class TrafficShiftViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixi
     def approve(self, request, pk=None):  # noqa: ANN001, ANN201
         """Approve the gated step the shift waits for; 409 when none waits."""
         return self._act(request, traffic.approve)
+
+
+class WarmPoolReportFilter(PoolChildFilter):
+    class Meta:
+        model = WarmPoolReport
+        fields = ["state", "pool", "cluster", "team"]
+
+
+class WarmPoolReportViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                            viewsets.GenericViewSet):
+    """Warm-pool reports: create one (it runs in a worker), follow its percent done, read its result
+    as JSON (the report itself) or its rows as CSV (`csv`). Operators create; viewers read."""
+
+    queryset = WarmPoolReport.objects.select_related("pool__cluster", "pool__team", "requested_by").defer("trace_data")
+    serializer_class = serializers.WarmPoolReportSerializer
+    filterset_class = WarmPoolReportFilter
+    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    action_roles = {"create": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def get_serializer_class(self):  # noqa: ANN201
+        if self.action == "create":
+            return serializers.WarmPoolReportCreateSerializer
+        return serializers.WarmPoolReportListSerializer if self.action == "list" else super().get_serializer_class()
+
+    @extend_schema(request=serializers.WarmPoolReportCreateSerializer, responses={201: serializers.WarmPoolReportSerializer})
+    def create(self, request, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+        incoming = self.get_serializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        pool = data["pool"]
+        if not core.has_role(request.user, pool.team, Role.OPERATOR):
+            raise PermissionDenied(f"Reports need the operator role in team {pool.team}.")
+        upload = data.get("trace")
+        try:
+            report = report_service.request_report(
+                pool, core.Actor.from_request(request, Channel.API), days=data["days"],
+                sizes_pct=tuple(data.get("sizes_pct") or reports.DEFAULT_SIZES_PCT),
+                trace_name=upload.name if upload else "", trace_data=upload.read() if upload else None,
+                rate_scale=data["rate_scale"], peak_basis=data["peak_basis"])
+        except report_service.ReportRequestError as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        report = self.get_queryset().get(pk=report.pk)
+        return Response(serializers.WarmPoolReportSerializer(report).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={(200, "text/csv"): str})
+    @action(detail=True, methods=["get"])
+    def csv(self, request, pk=None):  # noqa: ANN001, ANN201
+        """The rows as CSV, one line per warm-pool size (409 until the report is done)."""
+        report = self.get_object()
+        if report.state != ReportState.SUCCEEDED:
+            return Response({"detail": f"The report is {report.state}; the CSV exists once it is done."},
+                            status=status.HTTP_409_CONFLICT)
+        response = HttpResponse(reports.rows_csv(report.result), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="warm-pool-report-{report.pk}.csv"'
+        return response

@@ -5,7 +5,7 @@ class Migration(migrations.Migration):
     """The predictive kind: the forecast one cold start ahead, decided like a reactive change."""
 
     dependencies = [
-        ('scaling', '0008_traffic_shifts'),
+        ('scaling', '0009_warm_pool_reports'),
     ]
 
     operations = [

@@ -62,7 +62,9 @@ def _same_input_until(requests: np.ndarray, prompt_tokens: np.ndarray) -> list[i
     return changes[np.searchsorted(changes, np.arange(len(requests)), side="right")].tolist()
 
 
-def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progress: ProgressFn | None = None) -> SimResult:
+def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progress: ProgressFn | None = None,
+                   misses_by_minute: bool = False) -> SimResult:
+    """Replay `workload`; `misses_by_minute` also scores each minute (the warm-pool report's worst minute)."""
     started = time.perf_counter()
     profile, client = config.profile, config.client
     step_s = config.fluid_step_s
@@ -105,10 +107,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     observes_latency = bool(getattr(policy, "observes_latency", False))
     window_steps = max(1, int(round(LATENCY_WINDOW_S / step_s)))
     scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
-
-    # The prompts' prefill quantiles are the same at every tick: computed once (a quantile of the
-    # whole token sample per tick was a fifth of a two-week `headroom` replay).
-    prefill_points = _ttft_points(np.zeros((1, TTFT_POINTS)), prompt_sample, profile.prefill_tokens_per_s)
+    prompt_levels = np.quantile(prompt_sample, _LEVELS)  # once: the policy reads latency every tick
 
     def window_ttft(t: int) -> tuple[float, float]:
         lo = max(0, t - window_steps)
@@ -117,7 +116,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         if not active.any():
             return math.nan, math.nan
         columns = (np.asarray(column[lo:t])[active] for column in (backlog_wait, load, service, itl_at))
-        points = _waits(*columns, scv) + prefill_points
+        points = _ttft_points(_waits(*columns, scv), prompt_levels, profile.prefill_tokens_per_s)
         p95, p99 = weighted_quantiles(points.ravel(), (0.95, 0.99), np.repeat(first[active] / TTFT_POINTS, TTFT_POINTS))
         return p95, p99
     decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
@@ -280,8 +279,11 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     end_s = max(t, n_steps) * step_s
     before = at_warm_end or (timed_out, rejected, retries)
     offered = workload.expected_requests - float(np.sum(bins.requests[:warm_steps]))
-    return _score(policy.name, config, offered, steps, prompt_sample, output_sample, timed_out - before[0],
-                  rejected - before[1], retries - before[2], replicas, end_s, samples, started)
+    result = _score(policy.name, config, offered, steps, prompt_sample, output_sample, timed_out - before[0],
+                    rejected - before[1], retries - before[2], replicas, end_s, samples, started)
+    if misses_by_minute:
+        result.misses_by_minute = _misses_by_minute(steps, warm, step_s, config, prompt_sample)
+    return result
 
 
 LOAD_RESOLUTION = 1e-3  # smoothed load is rounded to this before scoring, so steady stretches merge
@@ -315,6 +317,24 @@ def _merge_repeats(steps: _Steps) -> _MergedSteps:
     return _MergedSteps(np.add.reduceat(first_try, starts), *(column[starts] for column in columns))
 
 
+def _misses_by_minute(steps: _Steps, first_step: int, step_s: float, config: SimConfig,
+                      prompt_sample: np.ndarray) -> dict[int, int]:
+    """Served requests slower than the TTFT SLO, by minute of arrival from the trace start, scored
+    per step as `_score` scores the run (timed-out and rejected requests are not split by minute)."""
+    first_try = np.asarray(steps.served_first_try)
+    active = np.flatnonzero(first_try > 0)
+    if not active.size:
+        return {}
+    columns = (np.asarray(column)[active] for column in (steps.backlog_wait_s, steps.load, steps.service_s, steps.itl_s))
+    wait = _waits(*columns, float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2))
+    sorted_prompt = np.sort(prompt_sample)
+    within = np.searchsorted(sorted_prompt, (config.slo_ttft_s - wait) * config.profile.prefill_tokens_per_s,
+                             side="right") / len(sorted_prompt)
+    missed = first_try[active] * (1.0 - within.mean(axis=1))
+    by_minute = np.bincount(((first_step + active) * step_s // 60).astype(np.int64), weights=missed)
+    return {int(minute): int(round(count)) for minute, count in enumerate(by_minute) if count >= 0.5}
+
+
 def _schedule_retries(
     retry_in: dict[int, list[tuple[int, float]]], client: Any, at_step: int, step_s: float, attempt: int, count: float
 ) -> float:
@@ -335,9 +355,10 @@ def _waits(backlog_wait: np.ndarray, load: np.ndarray, service_s: np.ndarray, it
     return backlog_wait[:, None] + random_part + itl[:, None]
 
 
-def _ttft_points(wait: np.ndarray, prompt_sample: np.ndarray, prefill_tokens_per_s: float) -> np.ndarray:
-    """TTFT points: each wait quantile plus the prefill of the prompt-length quantile it pairs with."""
-    return wait + np.quantile(prompt_sample, _LEVELS)[_PAIRING][None, :] / prefill_tokens_per_s
+def _ttft_points(wait: np.ndarray, prompt_levels: np.ndarray, prefill_tokens_per_s: float) -> np.ndarray:
+    """TTFT points: each wait quantile plus the prefill of the prompt-length quantile it pairs with
+    (`prompt_levels`: the prompt lengths at `_LEVELS`)."""
+    return wait + prompt_levels[_PAIRING][None, :] / prefill_tokens_per_s
 
 
 def _score(
@@ -366,7 +387,7 @@ def _score(
     share_within = np.searchsorted(sorted_prompt, (config.slo_ttft_s - wait) * rate, side="right") / len(sorted_prompt)
     within_slo = float(np.sum(first_try[:, None] / TTFT_POINTS * share_within))
 
-    ttft_points = _ttft_points(wait, prompt_sample, rate)
+    ttft_points = _ttft_points(wait, np.quantile(prompt_sample, _LEVELS), rate)
     output_points = np.quantile(output_sample, _LEVELS)[np.roll(_PAIRING, 1)]
     e2e_points = ttft_points + itl[:, None] * np.maximum(output_points[None, :] - 1, 0)
     weights = np.repeat(first_try / TTFT_POINTS, TTFT_POINTS)

@@ -68,8 +68,9 @@ class SimResult:
     wall_s: float = 0.0
     e2e_mean_s: float = float("nan")  # for Little's law checks; not part of the JSON
     samples: list[Observation] = field(default_factory=list, repr=False)  # one per policy tick
-    # Requests that missed the TTFT SLO (too slow, timed out or rejected) by minute of arrival;
-    # request mode only (None in fluid mode). Not part of the JSON unless the replay asks.
+    # Requests that missed the TTFT SLO (too slow, timed out or rejected) by minute of arrival; request
+    # mode, and fluid mode when asked (`run_fluid_mode(..., misses_by_minute=True)`: served requests too
+    # slow only). Not part of the JSON unless the replay asks.
     misses_by_minute: dict[int, int] | None = field(default=None, repr=False)
 
     def as_json(self) -> dict[str, object]:

@@ -1,0 +1,262 @@
+"""Warm-pool reports, the Django side: ask for one, run it in a worker, keep the answer.
+
+The computation is `scaling/reports.py` (pure); this module reads what it needs from the database
+(the pool's profile, SLO, prices, measured cold starts and stored request history), owns the
+report's states (`pending → running → succeeded | failed`, a conditional UPDATE per move) and
+writes the progress on the row. Kept apart from `scaling/services.py` (the proposals' workflows).
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Callable
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.choices import AuditAction, SloIndicator
+from controlplane.models import Pool
+from scaling import reports
+from scaling.choices import PeakBasis, ReportState
+from scaling.models import ColdStart, SignalSample, WarmPoolReport
+from scaling.sim import transforms
+from scaling.sim.loaders import TraceFormatError, load_trace
+from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, PoolProfile, get_profile
+from scaling.sim.workload import Workload
+
+MAX_DAYS = 9.0  # stored samples are kept 9 days (scaling/loop.py SAMPLE_RETENTION)
+MIN_DAYS = 0.01  # about a quarter of an hour
+MAX_TRACE_BYTES = 50 * 1024 * 1024
+RUN_LEASE = timedelta(minutes=30)  # a worker that died mid-report frees it after this
+PROGRESS_EVERY_S = 1.0  # percent done is written at most this often
+COLD_STARTS_READ = 200  # the most recent measurements make the distribution
+
+
+class ReportRequestError(ValueError):
+    """A report that cannot be asked for; `field` names the input at fault (the API's 400)."""
+
+    def __init__(self, message: str, field: str = "non_field_errors") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Inputs:
+    workload: Workload
+    spec: reports.ReportSpec
+    recorded: reports.Recorded | None
+
+
+# ---------------------------------------------------------------------------- asking
+
+
+def check_days(days: float) -> float:
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and MIN_DAYS <= days <= MAX_DAYS):
+        raise ReportRequestError(f"days must be between {MIN_DAYS:g} and {MAX_DAYS:g}, got {days}", "days")
+    return float(days)
+
+
+def check_trace(name: str, data: bytes) -> Workload:
+    """Parse an uploaded trace (any format the replay reads); a malformed one names line and column."""
+    if len(data) > MAX_TRACE_BYTES:
+        raise ReportRequestError(f"the trace is {len(data) / 1e6:.0f} MB; at most {MAX_TRACE_BYTES / 1e6:.0f} MB", "trace")
+    try:
+        return _load_trace_bytes(name, data)
+    except (TraceFormatError, ValueError) as exc:
+        raise ReportRequestError(f"the trace cannot be read: {exc}", "trace") from None
+
+
+def _load_trace_bytes(name: str, data: bytes) -> Workload:
+    suffix = ".tar.gz" if name.endswith((".tar.gz", ".tgz")) else Path(name).suffix or ".csv"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"trace{suffix}"
+        path.write_bytes(data)
+        try:
+            workload = load_trace(path)
+        except TraceFormatError as exc:  # name the file the person sent, not the temporary copy
+            raise TraceFormatError(name, None, None, str(exc).replace(f"{path}, ", "", 1)) from None
+    if workload.expected_requests <= 0:
+        raise TraceFormatError(name, None, None, "no requests in the trace")
+    return workload
+
+
+def request_report(pool: Pool, actor: core.Actor, *, days: float = reports.DEFAULT_DAYS,
+                   sizes_pct: tuple[float, ...] = reports.DEFAULT_SIZES_PCT, trace_name: str = "",
+                   trace_data: bytes | None = None, rate_scale: float = 1.0, peak_basis: str = PeakBasis.FORECAST,
+                   enqueue: bool = True) -> WarmPoolReport:
+    """Check the inputs, store a pending report (audited) and hand it to a worker after the commit."""
+    days = check_days(days)
+    if not (math.isfinite(rate_scale) and 0 < rate_scale <= 1000):
+        raise ReportRequestError(f"rate_scale must be above 0 and at most 1000, got {rate_scale}", "rate_scale")
+    if peak_basis not in PeakBasis.values:
+        raise ReportRequestError(f"peak_basis must be one of {', '.join(PeakBasis.values)}, got {peak_basis!r}",
+                                 "peak_basis")
+    for size in sizes_pct:
+        if not 0 <= size <= 100:
+            raise ReportRequestError(f"sizes: {size:g} is outside 0-100 (percent of the expected peak)", "sizes")
+    if trace_data is not None:
+        check_trace(trace_name or "trace.csv", trace_data)
+    with transaction.atomic():
+        report = WarmPoolReport.objects.create(
+            pool=pool, days=days, sizes_pct=[float(size) for size in sizes_pct], trace_name=trace_name if trace_data else "",
+            trace_data=trace_data, rate_scale=rate_scale, peak_basis=peak_basis, requested_by=actor.user,
+            requested_channel=actor.channel)
+        core.record(actor, AuditAction.CREATE, report, after={
+            "days": days, "sizes_pct": report.sizes_pct, "source": report.source, "rate_scale": rate_scale,
+            "peak_basis": peak_basis})
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue(report.pk))
+    return report
+
+
+def _enqueue(report_id: int) -> None:
+    """A worker takes it; without Celery (the embedded demo) a thread does, so the page can show progress."""
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
+        from scaling.tasks import run_warm_pool_report
+
+        run_warm_pool_report.delay(report_id)
+        return
+
+    def run_here() -> None:
+        try:
+            run(report_id)
+        finally:
+            connection.close()
+
+    threading.Thread(target=run_here, name=f"warm-pool-report-{report_id}", daemon=True).start()
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def take(report_id: int, now: datetime | None = None) -> bool:
+    """pending (or running with its lease run out) → running; False when another worker has it."""
+    now = now or timezone.now()
+    # One UPDATE whose WHERE is on the row itself: a second worker waits for the first one's lock and
+    # then finds the row no longer free (PostgreSQL re-checks it), so a report runs once.
+    free = Q(state=ReportState.PENDING) | Q(state=ReportState.RUNNING, lease_until__lt=now)
+    return WarmPoolReport.objects.filter(free, pk=report_id).update(
+        state=ReportState.RUNNING, started_at=now, lease_until=now + RUN_LEASE, percent_done=0, error="") == 1
+
+
+def _finish(report_id: int, state: str, **fields: object) -> None:
+    WarmPoolReport.objects.filter(pk=report_id, state=ReportState.RUNNING).update(
+        state=state, finished_at=timezone.now(), lease_until=None, **fields)
+
+
+def run(report_id: int, workers: int = 1, progress: Callable[[float], None] | None = None) -> WarmPoolReport:
+    """Run a pending report to its end; the row carries the percent done while it runs.
+
+    Bad inputs (no history, a gap, a malformed trace) end it as failed with a sentence saying why."""
+    if not take(report_id):
+        return WarmPoolReport.objects.get(pk=report_id)
+    report = WarmPoolReport.objects.select_related("pool__cluster").get(pk=report_id)
+    last_write = [0.0]
+
+    def on_progress(share: float) -> None:
+        if progress is not None:
+            progress(share)
+        if time.monotonic() - last_write[0] >= PROGRESS_EVERY_S or share >= 1.0:
+            last_write[0] = time.monotonic()
+            WarmPoolReport.objects.filter(pk=report_id, state=ReportState.RUNNING).update(
+                percent_done=min(99, int(share * 100)))
+
+    try:
+        inputs = inputs_for(report)
+        result = reports.run_report(inputs.workload, inputs.spec, on_progress, inputs.recorded, workers=workers)
+    except (reports.ReportInputError, ReportRequestError, TraceFormatError) as exc:
+        _finish(report_id, ReportState.FAILED, error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - the row must end; the worker's log keeps the traceback
+        _finish(report_id, ReportState.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+        raise
+    else:
+        _finish(report_id, ReportState.SUCCEEDED, result=result.as_json(), percent_done=100)
+    return WarmPoolReport.objects.get(pk=report_id)
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def profile_for(pool: Pool) -> tuple[PoolProfile, str]:
+    """The simulator profile whose served model matches the pool's (else the default), with the
+    pool's GPUs per replica; and how it was chosen."""
+    wanted = _model_key(pool.model_name)
+    for profile in PROFILES.values():
+        if _model_key(profile.model) == wanted:
+            return _with_gpus(profile, pool), f"matched by the served model {pool.model_name}"
+    return _with_gpus(get_profile(DEFAULT_PROFILE), pool), (
+        f"the default profile: none matches the served model {pool.model_name}")
+
+
+def _model_key(name: str) -> str:
+    """'meta-llama/Llama-3.1-8B-Instruct' and 'llama-3.1-8b' name the same model."""
+    return name.lower().rpartition("/")[2].removesuffix("-instruct")
+
+
+def _with_gpus(profile: PoolProfile, pool: Pool) -> PoolProfile:
+    from dataclasses import replace
+
+    return replace(profile, gpus_per_replica=pool.gpus_per_replica)
+
+
+def prices_for(pool: Pool, profile: PoolProfile) -> reports.Prices:
+    price = pool.cluster.prices.get(pool.gpu_type)
+    if price is None:
+        return reports.Prices(profile.gpu_hour_usd, None, (
+            f"the cluster {pool.cluster.name} lists no price for {pool.gpu_type}: the profile's estimate "
+            f"${profile.gpu_hour_usd:.2f} per GPU-hour on demand, no spot price"))
+    spot = f"${price.spot_usd_per_hour:.2f} spot" if price.spot_usd_per_hour is not None else "no spot price"
+    return reports.Prices(price.on_demand_usd_per_hour, price.spot_usd_per_hour, (
+        f"the cluster {pool.cluster.name}'s prices for {pool.gpu_type}: ${price.on_demand_usd_per_hour:.2f} on demand, "
+        f"{spot} per GPU-hour"))
+
+
+def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
+    pool = report.pool
+    profile, how = profile_for(pool)
+    measured = list(ColdStart.objects.filter(pool=pool).values_list("seconds", flat=True)[:COLD_STARTS_READ])
+    cold_start, cold_source = reports.cold_start_from(measured, pool.cold_start_p50_s, pool.cold_start_p95_s, profile)
+    slo = pool.slos.filter(indicator=SloIndicator.TTFT_P95).first()
+    end = now or report.created_at
+    period_s = report.days * 86_400.0
+    recorded = None
+    if report.trace_name:
+        workload = reports.last_days(_load_trace_bytes(report.trace_name, bytes(report.trace_data or b"")),
+                                     report.days, reports.WARMUP_S)
+        source, start_s = f"the uploaded trace {report.trace_name}", None
+    else:
+        start_s = end.timestamp() - period_s
+        samples = list(SignalSample.objects.filter(
+            pool=pool, at__gte=end - timedelta(seconds=period_s + reports.WARMUP_S), at__lt=end)
+            .values_list("at", "request_rate_rps", "ttft_p95_s", "ready_replicas"))
+        if not samples:
+            raise reports.ReportInputError(
+                f"the pool {pool} has no stored request history in the last {report.days:g} days: "
+                "let the control loop run, or upload a trace")
+        times = [at.timestamp() for at, *_ in samples]
+        workload = reports.workload_from_rates(times, [rate for _, rate, *_ in samples],
+                                               start_s - reports.WARMUP_S, end.timestamp(), f"{pool} history")
+        scored = [row for row, at in zip(samples, times) if at >= start_s]
+        recorded = reports.Recorded(tuple(row[2] for row in scored if row[2] is not None),
+                                    tuple(row[3] for row in scored if row[3] is not None))
+        source = f"the pool's stored request rates ({len(samples):,} samples, 1-minute means)"
+    if report.rate_scale != 1.0:
+        workload = transforms.rate_scale(workload, report.rate_scale)
+        source += f", rates x{report.rate_scale:g}"
+    spec = reports.ReportSpec(
+        profile=profile, cold_start=cold_start, cold_start_source=cold_source, prices=prices_for(pool, profile),
+        current_pct=round(pool.warm_pool_fraction * 100.0, 3),
+        sizes_pct=tuple(report.sizes_pct) or reports.DEFAULT_SIZES_PCT,
+        slo_ttft_s=(slo.threshold / 1000.0) if slo else 1.0, slo_objective=slo.objective if slo else 0.99,
+        min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
+        flag_above_pct=float(settings.WARM_POOL_REPORT_FLAG_ABOVE_PCT), traffic_source=f"{source}; profile {how}", period_start_s=start_s, peak_basis=report.peak_basis,
+    )
+    return Inputs(workload, spec, recorded)

@@ -1,0 +1,589 @@
+"""Warm-pool reports: what each warm-pool size would have cost and bought on a pool's own traffic.
+
+Pure Python (no Django, so it is fast to test and runs in any worker): the caller hands over the
+traffic (a `Workload`: the pool's stored request rates or a trace) and a `ReportSpec` (profile,
+cold starts, SLO, prices, sizes). Each size is replayed in fluid mode under the `headroom` policy,
+the live loop's decide step (`scaling/engine/decide.py`), with the warm floor set to that share of
+the expected peak; everything else is the same for every size, including the load-tested capacity.
+`scaling/report_service.py` reads the inputs from the database and stores the answer.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from scaling.engine.planner import PoolPlan
+from scaling.sim.config import ColdStart, SimConfig
+from scaling.sim.fluid_mode import run_fluid_mode
+from scaling.sim.policies.base import Observation
+from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
+from scaling.sim.profiles import PoolProfile
+from scaling.sim.result import SimResult
+from scaling.sim.transforms import time_shift
+from scaling.sim.workload import RateTrace, Workload
+
+DEFAULT_SIZES_PCT = (0, 10, 20, 30, 40, 50, 60)  # of the expected peak; the current setting is added
+DEFAULT_DAYS = 7.0
+DEFAULT_FLAG_ABOVE_PCT = 25.0  # a size costing more than this above the no-warm-pool baseline is flagged
+WARMUP_S = 600.0  # seen by the policy, not scored (docs/simulator.md)
+RATE_BIN_S = 60.0  # stored samples are averaged into 1-minute windows
+MAX_GAP_S = 600.0  # longer holes in the stored history are an error, shorter ones are interpolated
+MIN_MEASURED_COLD_STARTS = 5  # fewer measurements: the pool's configured p50/p95 instead
+DAYS_PER_MONTH = 30.0
+NOT_MODELLED = (
+    "node autoscaling and pod scheduling delays beyond the drawn cold start",
+    "prefix caching, preemption, speculative decoding and per-request KV-cache use",
+    "client timeouts and retries (off in the report)",
+    "the fallback model (its column is empty until the simulator models it)",
+    "approvals: everything policy does not approve is applied 60 s later, as a person would",
+)
+
+# What the warm-pool share is a share of. `forecast` is what the planner does today (its warm floor is
+# the share of the 30-minute forecast's expected peak); `day-peak` holds the share of the highest
+# 1-minute rate of the last 24 hours as a floor (a proposed planner change, replayed through the same
+# decide step as the pool's minimum).
+PEAK_BASES = ("forecast", "day-peak")
+DAY_S = 86_400.0
+
+Progress = Callable[[float], None]  # share done, 0..1
+
+
+class ReportInputError(ValueError):
+    """Input a report cannot be made from; the message names the problem for a person."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    on_demand_usd_per_gpu_hour: float
+    spot_usd_per_gpu_hour: float | None
+    source: str  # where the prices came from, for the assumptions
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    profile: PoolProfile
+    cold_start: ColdStart
+    cold_start_source: str
+    prices: Prices
+    current_pct: float
+    sizes_pct: tuple[float, ...] = DEFAULT_SIZES_PCT
+    slo_ttft_s: float = 1.0
+    slo_objective: float = 0.99
+    min_replicas: int = 1
+    max_replicas: int = 100
+    flag_above_pct: float = DEFAULT_FLAG_ABOVE_PCT
+    warmup_s: float = WARMUP_S
+    fluid_step_s: float = 1.0
+    traffic_source: str = "a trace"
+    period_start_s: float | None = None  # epoch seconds of the scored period's start, when known
+    peak_basis: str = "forecast"  # one of PEAK_BASES
+
+    def all_sizes_pct(self) -> tuple[float, ...]:
+        """The sizes replayed: the asked ones, the baseline (0 %) and the current setting, ascending."""
+        return tuple(sorted({round(float(size), 3) for size in (*self.sizes_pct, 0.0, self.current_pct)}))
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the live pool recorded over the period (SignalSamples): for predicted-vs-observed."""
+
+    ttft_p95_s: tuple[float, ...]  # per tick, known values only
+    ready_replicas: tuple[float, ...]
+
+
+@dataclass
+class MinuteSeries:
+    """One replay, per minute of the scored period: what the worst-day chart draws."""
+
+    demand_rps: np.ndarray
+    ready_replicas: np.ndarray
+    ttft_p95_ms: np.ndarray
+    ttft_p99_ms: np.ndarray
+    starting: np.ndarray  # bool: replicas were still loading in that minute
+    misses: np.ndarray
+
+
+@dataclass
+class SizeResult:
+    warm_pool_pct: float
+    gpu_hours: float
+    cost_on_demand_usd: float
+    cost_spot_usd: float | None
+    ttft_p95_ms: float
+    ttft_p99_ms: float
+    e2e_p95_ms: float
+    e2e_p99_ms: float
+    slo_attainment: float
+    requests: int
+    cold_start_requests: int  # missed the SLO in a minute when replicas were still loading
+    worst_minute_s: float | None  # from the scored period's start
+    worst_minute_misses: int
+    mean_ready_replicas: float
+    max_replicas: int
+    replica_starts: int
+    meets_slo: bool
+    extra_cost_pct: float = 0.0
+    extra_cost_usd_per_month: float = 0.0
+    flagged: bool = False
+    current: bool = False
+    recommended: bool = False
+    # Hook for the fallback-model replay (the simulator does not model a fallback pool yet): the same
+    # row with the fallback taking the overflow. None until then, and said so in the assumptions.
+    with_fallback: dict[str, Any] | None = None
+
+
+CSV_COLUMNS = tuple(name for name in SizeResult.__dataclass_fields__ if name != "with_fallback")
+
+
+@dataclass
+class Report:
+    rows: list[SizeResult]
+    recommended_pct: float | None
+    recommendation: str
+    assumptions: list[str]
+    period: dict[str, Any]
+    slo: dict[str, float]
+    capacity_rps_per_replica: float
+    flag_above_pct: float
+    worst_day: dict[str, Any] | None
+    observed_vs_replay: dict[str, Any] | None
+    wall_s: float = 0.0
+    series: dict[float, MinuteSeries] = field(default_factory=dict, repr=False)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "period": self.period, "slo": self.slo, "capacity_rps_per_replica": round(self.capacity_rps_per_replica, 3),
+            "flag_above_pct": self.flag_above_pct, "recommended_pct": self.recommended_pct,
+            "recommendation": self.recommendation, "rows": [asdict(row) for row in self.rows],
+            "assumptions": self.assumptions, "worst_day": self.worst_day,
+            "observed_vs_replay": self.observed_vs_replay, "wall_s": self.wall_s,
+        }
+
+
+def rows_csv(result: dict[str, Any]) -> str:
+    """The rows of a report's JSON as CSV, one line per warm-pool size, columns in `CSV_COLUMNS`."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in result["rows"]:
+        writer.writerow({key: "" if row.get(key) is None else row.get(key) for key in CSV_COLUMNS})
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def parse_sizes(text: str) -> tuple[float, ...]:
+    """'0,10,20' → (0.0, 10.0, 20.0): percent of the expected peak, each in 0..100."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = float(part)
+        except ValueError:
+            raise ReportInputError(f"sizes: {part.strip()!r} is not a number (expected e.g. 0,10,20)") from None
+        if not 0 <= size <= 100 or not math.isfinite(size):
+            raise ReportInputError(f"sizes: {size:g} is outside 0-100 (percent of the expected peak)")
+        sizes.append(size)
+    if not sizes:
+        raise ReportInputError("sizes: give at least one size")
+    return tuple(sizes)
+
+
+def cold_start_from(measured_s: Sequence[float], p50_s: float | None, p95_s: float | None,
+                    profile: PoolProfile) -> tuple[ColdStart, str]:
+    """The cold-start distribution to replay: the pool's measured ones when there are enough,
+    else its configured p50/p95, else the profile's; and a sentence saying which."""
+    measured = [value for value in measured_s if value > 0 and math.isfinite(value)]
+    if len(measured) >= MIN_MEASURED_COLD_STARTS:
+        p50, p95 = (float(value) for value in np.percentile(measured, [50, 95]))
+        return ColdStart(p50, max(p50, p95)), (
+            f"lognormal through the p50 {p50:.0f} s and p95 {max(p50, p95):.0f} s of {len(measured)} measured cold starts")
+    if p50_s and p95_s:
+        return ColdStart(p50_s, max(p50_s, p95_s)), (
+            f"lognormal through the pool's configured p50 {p50_s:.0f} s and p95 {max(p50_s, p95_s):.0f} s "
+            f"({len(measured)} measured, fewer than {MIN_MEASURED_COLD_STARTS})")
+    return ColdStart(profile.cold_start_p50_s, profile.cold_start_p95_s), (
+        f"lognormal through the profile's p50 {profile.cold_start_p50_s:.0f} s and p95 {profile.cold_start_p95_s:.0f} s "
+        "(none measured or configured)")
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def workload_from_rates(times_s: Sequence[float], rates_rps: Sequence[float | None], start_s: float, end_s: float,
+                        name: str = "stored samples", max_gap_s: float = MAX_GAP_S) -> RateTrace:
+    """1-minute windows of the stored request rates over [start_s, end_s); holes up to `max_gap_s`
+    are interpolated, a longer one (or none at all) is an error naming it."""
+    windows = int((end_s - start_s) // RATE_BIN_S)
+    if windows < 2:
+        raise ReportInputError(f"the period {_iso(start_s)} to {_iso(end_s)} is shorter than two minutes")
+    times = np.asarray(times_s, dtype=float)
+    rates = np.asarray([math.nan if rate is None else rate for rate in rates_rps], dtype=float)
+    keep = (times >= start_s) & (times < start_s + windows * RATE_BIN_S) & np.isfinite(rates)
+    if not keep.any():
+        raise ReportInputError(f"no request-rate history between {_iso(start_s)} and {_iso(end_s)}")
+    index = ((times[keep] - start_s) // RATE_BIN_S).astype(np.int64)
+    counts = np.bincount(index, minlength=windows)
+    sums = np.bincount(index, weights=rates[keep], minlength=windows)
+    known = counts > 0
+    gap = _longest_gap(known)
+    if gap is not None and (gap[1] - gap[0]) * RATE_BIN_S > max_gap_s:
+        first, last = start_s + gap[0] * RATE_BIN_S, start_s + gap[1] * RATE_BIN_S
+        raise ReportInputError(
+            f"the history has a gap of {(last - first) / 3600:.1f} h from {_iso(first)} to {_iso(last)} "
+            f"(longer than {max_gap_s / 60:.0f} minutes): pick a period without it (--days) or upload a trace")
+    positions = np.arange(windows)
+    filled = np.interp(positions, positions[known], sums[known] / counts[known])
+    return RateTrace(name, positions * RATE_BIN_S, RATE_BIN_S, np.maximum(filled, 0.0))
+
+
+def _longest_gap(known: np.ndarray) -> tuple[int, int] | None:
+    """(first, end) windows of the longest run of unknown windows, or None."""
+    best: tuple[int, int] | None = None
+    run_start = None
+    for position, is_known in enumerate(np.append(known, True)):
+        if not is_known and run_start is None:
+            run_start = position
+        elif is_known and run_start is not None:
+            if best is None or position - run_start > best[1] - best[0]:
+                best = (run_start, position)
+            run_start = None
+    return best
+
+
+def last_days(workload: Workload, days: float, warmup_s: float) -> Workload:
+    """The last `days` of a workload plus the warm-up before them (the whole of a shorter one)."""
+    if workload.span_s <= warmup_s + RATE_BIN_S:
+        raise ReportInputError(f"the traffic lasts {workload.span_s:.0f} s: too short for a "
+                               f"{warmup_s:.0f}-s warm-up and a scored period")
+    drop = workload.span_s - days * 86_400.0 - warmup_s
+    return time_shift(workload, -drop) if drop > 0 else workload
+
+
+# ---------------------------------------------------------------------------- replays
+
+
+def _config(spec: ReportSpec) -> SimConfig:
+    return SimConfig(profile=spec.profile, cold_start=spec.cold_start, slo_ttft_s=spec.slo_ttft_s,
+                     slo_objective=spec.slo_objective, min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+                     fluid_step_s=spec.fluid_step_s, warmup_s=spec.warmup_s)
+
+
+@dataclass
+class _DayPeakState:
+    inner: Any  # the headroom policy's state
+    minute_peaks: deque[tuple[float, float]] = field(default_factory=deque)  # (minute start, highest rate)
+
+
+@dataclass(frozen=True)
+class DayPeakFloor:
+    """The headroom policy with a standing floor: `share` of the highest 1-minute arrival rate seen in
+    the last 24 hours, at the load-tested capacity, handed to the same decide step as the pool's
+    minimum (so its rate limits, stabilisation and approvals apply to it as to any target)."""
+
+    base: HeadroomPolicy
+    share: float
+    name: str = "headroom"
+    tick_s: float = 15.0
+    observes_latency: bool = True
+
+    def new_state(self) -> _DayPeakState:
+        return _DayPeakState(self.base.new_state())
+
+    def decide(self, now: float, observation: Observation, state: _DayPeakState) -> int:
+        minute = now // 60.0 * 60.0
+        peaks, rate = state.minute_peaks, observation.arrival_rate_rps
+        if peaks and peaks[-1][0] == minute:
+            peaks[-1] = (minute, max(peaks[-1][1], rate))
+        else:
+            peaks.append((minute, rate))
+        while peaks[0][0] <= now - DAY_S:
+            peaks.popleft()
+        peak = max(value for _, value in peaks)
+        pool = self.base.pool
+        floor = min(pool.max_replicas, max(pool.min_replicas,
+                                           math.ceil(self.share * peak / pool.capacity_rps_per_replica - 1e-9)))
+        policy = self.base if floor == pool.min_replicas else replace(self.base, pool=replace(pool, min_replicas=floor))
+        return policy.decide(now, observation, state.inner)
+
+
+def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str) -> HeadroomPolicy | DayPeakFloor:
+    if peak_basis not in PEAK_BASES:
+        raise ReportInputError(f"peak: {peak_basis!r} is not one of {', '.join(PEAK_BASES)}")
+    if peak_basis == "forecast":
+        return HeadroomPolicy(replace(plan, warm_pool_fraction=warm_pct / 100.0))
+    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=0.0)), warm_pct / 100.0)
+
+
+def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: float, peak_basis: str = "forecast",
+            progress: Callable[[float, float], None] | None = None) -> SimResult:
+    policy = policy_for(plan, warm_pct, peak_basis)
+    return run_fluid_mode(workload, config, policy, progress, misses_by_minute=True)
+
+
+def _minute_series(result: SimResult, warmup_s: float, span_s: float) -> MinuteSeries:
+    minutes = max(1, int(math.ceil((span_s - warmup_s) / 60.0)))
+
+    def per_minute(samples: list[Observation], value: Callable[[Observation], float], how: str) -> np.ndarray:
+        index = np.array([int((s.now - warmup_s) // 60) for s in samples], dtype=np.int64)
+        values = np.array([value(s) for s in samples], dtype=float)
+        keep = (index >= 0) & (index < minutes) & np.isfinite(values)
+        if how == "mean":
+            sums = np.bincount(index[keep], weights=values[keep], minlength=minutes)
+            counts = np.bincount(index[keep], minlength=minutes)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        out = np.full(minutes, np.nan)
+        np.fmax.at(out, index[keep], values[keep])
+        return out
+
+    samples = result.samples
+    misses = np.zeros(minutes)
+    first_minute = int(warmup_s // 60)
+    for minute, count in (result.misses_by_minute or {}).items():
+        if 0 <= minute - first_minute < minutes:
+            misses[minute - first_minute] += count
+    return MinuteSeries(
+        demand_rps=per_minute(samples, lambda s: s.arrival_rate_rps, "mean"),
+        ready_replicas=per_minute(samples, lambda s: s.ready_replicas, "mean"),
+        ttft_p95_ms=per_minute(samples, lambda s: s.ttft_p95_s * 1000.0, "max"),
+        ttft_p99_ms=per_minute(samples, lambda s: s.ttft_p99_s * 1000.0, "max"),
+        starting=per_minute(samples, lambda s: float(s.starting_replicas > 0), "max") > 0,
+        misses=misses,
+    )
+
+
+def _size_result(warm_pct: float, result: SimResult, series: MinuteSeries, spec: ReportSpec) -> SizeResult:
+    gpu_hours = result.gpu_hours
+    spot = spec.prices.spot_usd_per_gpu_hour
+    worst = int(np.argmax(series.misses)) if series.misses.size and series.misses.max() > 0 else None
+    return SizeResult(
+        warm_pool_pct=warm_pct, gpu_hours=round(gpu_hours, 2),
+        cost_on_demand_usd=round(gpu_hours * spec.prices.on_demand_usd_per_gpu_hour, 2),
+        cost_spot_usd=None if spot is None else round(gpu_hours * spot, 2),
+        ttft_p95_ms=result.ttft_ms.p95, ttft_p99_ms=result.ttft_ms.p99,
+        e2e_p95_ms=result.e2e_ms.p95, e2e_p99_ms=result.e2e_ms.p99,
+        slo_attainment=result.slo_attainment, requests=result.requests,
+        cold_start_requests=int(round(float(series.misses[series.starting].sum()))),
+        worst_minute_s=None if worst is None else worst * 60.0,
+        worst_minute_misses=0 if worst is None else int(series.misses[worst]),
+        mean_ready_replicas=result.mean_ready_replicas, max_replicas=result.max_replicas,
+        replica_starts=result.cold_starts, meets_slo=result.slo_attainment >= spec.slo_objective,
+    )
+
+
+def _replay_size(job: tuple[Workload, ReportSpec, PoolPlan, float]) -> tuple[SizeResult, MinuteSeries]:
+    """One size, start to finish (a top-level function so a process pool can run it)."""
+    workload, spec, plan, warm_pct = job
+    result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis)
+    series = _minute_series(result, spec.warmup_s, workload.span_s)
+    return _size_result(warm_pct, result, series, spec), series
+
+
+def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None = None,
+               recorded: Recorded | None = None, plan: PoolPlan | None = None, workers: int = 1) -> Report:
+    """Replay every size and assemble the report. `plan` skips the load test (tests); `workers` > 1
+    replays sizes in parallel processes (progress then moves once per finished size)."""
+    started = time.perf_counter()
+    if workload.span_s <= spec.warmup_s + RATE_BIN_S:
+        raise ReportInputError(f"the traffic lasts {workload.span_s:.0f} s: too short for a "
+                               f"{spec.warmup_s:.0f}-s warm-up and a scored period")
+    if workload.expected_requests <= 0:
+        raise ReportInputError("the traffic has no requests: nothing to replay")
+    sizes = spec.all_sizes_pct()
+    steps = len(sizes) + (0 if plan is not None else 1)
+    report_progress = progress or (lambda share: None)
+    config = _config(spec)
+    if plan is None:
+        plan = pool_plan_for(config, workload)  # the load test, once: the same capacity for every size
+        report_progress(1 / steps)
+    done_before = steps - len(sizes)
+    outcomes: dict[float, tuple[SizeResult, MinuteSeries]] = {}
+    jobs = [(workload, spec, plan, size) for size in sizes]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for size, outcome in zip(sizes, pool.map(_replay_size, jobs)):
+                outcomes[size] = outcome
+                report_progress((done_before + len(outcomes)) / steps)
+    else:
+        for number, size in enumerate(sizes):
+            def within(done_s: float, total_s: float, number: int = number) -> None:
+                report_progress((done_before + number + done_s / max(total_s, 1.0)) / steps)
+
+            result = _replay(workload, config, plan, size, spec.peak_basis, within)
+            series = _minute_series(result, spec.warmup_s, workload.span_s)
+            outcomes[size] = (_size_result(size, result, series, spec), series)
+            report_progress((done_before + number + 1) / steps)
+    rows = [outcomes[size][0] for size in sizes]
+    series = {size: outcomes[size][1] for size in sizes}
+    scored_s = workload.span_s - spec.warmup_s
+    recommended = assess(rows, spec, scored_s)
+    current_series = series[round(spec.current_pct, 3)]
+    report = Report(
+        rows=rows, recommended_pct=recommended, recommendation=recommendation_sentence(rows, recommended, spec),
+        assumptions=assumptions(spec, plan, workload),
+        period=_period(spec, scored_s), slo={"ttft_ms": spec.slo_ttft_s * 1000.0, "objective": spec.slo_objective},
+        capacity_rps_per_replica=plan.capacity_rps_per_replica, flag_above_pct=spec.flag_above_pct,
+        worst_day=worst_day(series, spec.current_pct, recommended, plan.capacity_rps_per_replica),
+        observed_vs_replay=None if recorded is None else observed_vs_replay(recorded, rows, current_series, spec),
+        series=series,
+    )
+    report.wall_s = round(time.perf_counter() - started, 2)
+    report_progress(1.0)
+    return report
+
+
+# ---------------------------------------------------------------------------- reading the replays
+
+
+def assess(rows: list[SizeResult], spec: ReportSpec, scored_s: float) -> float | None:
+    """Cost above the baseline, flags, the current and recommended marks; returns the recommendation:
+    the smallest size that meets the SLO objective (None when none does)."""
+    baseline = next(row for row in rows if row.warm_pool_pct == 0.0)
+    months = scored_s / 86_400.0 / DAYS_PER_MONTH
+    for row in rows:
+        extra = row.cost_on_demand_usd - baseline.cost_on_demand_usd
+        row.extra_cost_pct = round(100.0 * extra / baseline.cost_on_demand_usd, 1) if baseline.cost_on_demand_usd else 0.0
+        row.extra_cost_usd_per_month = round(extra / months, 2) if months > 0 else 0.0
+        row.flagged = row.extra_cost_pct > spec.flag_above_pct
+        row.current = row.warm_pool_pct == round(spec.current_pct, 3)
+    meeting = [row for row in rows if row.meets_slo]
+    if not meeting:
+        return None
+    meeting[0].recommended = True
+    return meeting[0].warm_pool_pct
+
+
+def recommendation_sentence(rows: list[SizeResult], recommended: float | None, spec: ReportSpec) -> str:
+    objective = f"{spec.slo_objective:.1%} of requests with TTFT ≤ {spec.slo_ttft_s * 1000:.0f} ms"
+    current = next(row for row in rows if row.current)
+    if len({(row.gpu_hours, row.slo_attainment) for row in rows}) == 1 and len(rows) > 1:
+        basis = ("the planner's warm floor (a share of the 30-minute forecast) stays below its forecast term at "
+                 "every size; the day-peak basis shows what a standing floor would do"
+                 if spec.peak_basis == "forecast" else "no size raises the floor above what the planner asks for")
+        return (f"The warm-pool size changes nothing on this traffic: {basis}. All sizes reach "
+                f"{current.slo_attainment:.2%} of {objective} for the same cost.")
+    if recommended is None:
+        best = max(rows, key=lambda row: row.slo_attainment)
+        return (f"No warm-pool size meets the SLO ({objective}); the best, {best.warm_pool_pct:g} %, reaches "
+                f"{best.slo_attainment:.2%}. A warm pool alone is not enough here: look at capacity or the fallback.")
+    chosen = next(row for row in rows if row.recommended)
+    verdict = (f"Keep {current.warm_pool_pct:g} %." if chosen is current else
+               f"The current setting is {current.warm_pool_pct:g} % "
+               f"({'meets' if current.meets_slo else 'misses'} it at {current.slo_attainment:.2%}).")
+    flag = " It costs more than the flag threshold above the baseline." if chosen.flagged else ""
+    return (f"Recommended: {chosen.warm_pool_pct:g} % of the expected peak, the smallest size that meets {objective} "
+            f"({chosen.slo_attainment:.2%}, {chosen.extra_cost_pct:+.1f} % cost, "
+            f"${chosen.extra_cost_usd_per_month:,.0f}/month above no warm pool). {verdict}{flag}")
+
+
+def assumptions(spec: ReportSpec, plan: PoolPlan, workload: Workload) -> list[str]:
+    profile = spec.profile
+    return [
+        f"Traffic: {spec.traffic_source}; replayed in fluid mode at {spec.fluid_step_s:g}-s steps after a "
+        f"{spec.warmup_s / 60:.0f}-minute warm-up that is not scored.",
+        f"Profile: {profile.name} ({profile.model} on {profile.gpus_per_replica} x {profile.gpu_type}, prefill "
+        f"{profile.prefill_tokens_per_s:,.0f} tokens/s, inter-token {profile.itl_ms_base:g} ms + "
+        f"{profile.itl_ms_per_seq:g} ms per sequence); load-tested capacity "
+        f"{plan.capacity_rps_per_replica:.2f} requests/s per replica at the SLO.",
+        "Token lengths: " + ("those of the trace." if hasattr(workload, "arrival_s") else
+                             "not recorded with request rates, drawn like the Azure conversation trace "
+                             "(prompt median 1,020, output median 129 tokens)."),
+        f"Cold starts: {spec.cold_start_source}.",
+        f"Prices: {spec.prices.source}.",
+        f"Policy: the live decide step; {_basis_sentence(spec.peak_basis)} min {spec.min_replicas}, "
+        f"max {spec.max_replicas} replicas.",
+        "Not modelled: " + "; ".join(NOT_MODELLED) + ".",
+    ]
+
+
+def _basis_sentence(peak_basis: str) -> str:
+    if peak_basis == "forecast":
+        return ("each size is the planner's warm floor, the share of the 30-minute forecast's expected peak "
+                "(what runs today);")
+    return ("each size is a standing floor, the share of the highest 1-minute rate of the last 24 hours "
+            "(a proposed planner change, not what runs today);")
+
+
+def _period(spec: ReportSpec, scored_s: float) -> dict[str, Any]:
+    start = spec.period_start_s
+    return {"source": spec.traffic_source, "days": round(scored_s / 86_400.0, 3),
+            "start": None if start is None else datetime.fromtimestamp(start, timezone.utc).isoformat(),
+            "end": None if start is None else datetime.fromtimestamp(start + scored_s, timezone.utc).isoformat()}
+
+
+def _rounded(values: np.ndarray, digits: int = 2) -> list[float | None]:
+    return [None if not math.isfinite(value) else round(float(value), digits) for value in values]
+
+
+def worst_day(series: dict[float, MinuteSeries], current_pct: float, recommended_pct: float | None,
+              capacity_rps: float) -> dict[str, Any] | None:
+    """The day (24 h from the period's start) where the current setting missed most, per minute:
+    demand, ready capacity and TTFT p99 for the current and the recommended setting."""
+    current = series[round(current_pct, 3)]
+    minutes = len(current.misses)
+    if minutes == 0:
+        return None
+    days = max(1, int(math.ceil(minutes / 1440)))
+    by_day = [float(current.misses[day * 1440:(day + 1) * 1440].sum()) for day in range(days)]
+    day = int(np.argmax(by_day)) if max(by_day) > 0 else int(np.argmax(
+        [np.nanmax(current.demand_rps[d * 1440:(d + 1) * 1440], initial=0.0) for d in range(days)]))
+    window = slice(day * 1440, min(minutes, (day + 1) * 1440))
+
+    def lines(minute_series: MinuteSeries) -> dict[str, Any]:
+        return {"ready_capacity_rps": _rounded(minute_series.ready_replicas[window] * capacity_rps),
+                "ready_replicas": _rounded(minute_series.ready_replicas[window]),
+                "ttft_p99_ms": _rounded(minute_series.ttft_p99_ms[window], 0),
+                "misses": int(minute_series.misses[window].sum())}
+
+    settings = {"current": lines(current)}
+    if recommended_pct is not None:
+        settings["recommended"] = lines(series[recommended_pct])
+    return {"day": day, "start_s": day * 86_400.0, "minutes": window.stop - window.start,
+            "demand_rps": _rounded(current.demand_rps[window]), "current_pct": round(current_pct, 3),
+            "recommended_pct": recommended_pct, **settings}
+
+
+def observed_vs_replay(recorded: Recorded, rows: list[SizeResult], current: MinuteSeries,
+                       spec: ReportSpec) -> dict[str, Any] | None:
+    """How the replay of the current setting compares with what the live pool recorded."""
+    row = next(row for row in rows if row.current)
+    observed_p95 = np.asarray(recorded.ttft_p95_s, dtype=float) * 1000.0
+    predicted_p95 = current.ttft_p95_ms[np.isfinite(current.ttft_p95_ms)]
+    observed_ready = np.asarray(recorded.ready_replicas, dtype=float)
+    if not observed_p95.size and not observed_ready.size:
+        return None
+
+    def median(values: np.ndarray) -> float | None:
+        return round(float(np.median(values)), 1) if values.size else None
+
+    def high(values: np.ndarray) -> float | None:
+        return round(float(np.percentile(values, 95)), 1) if values.size else None
+
+    out = {
+        "ttft_p95_ms_median": {"observed": median(observed_p95), "predicted": median(predicted_p95)},
+        "ttft_p95_ms_95th_minute": {"observed": high(observed_p95), "predicted": high(predicted_p95)},
+        "ready_replicas_mean": {"observed": round(float(observed_ready.mean()), 2) if observed_ready.size else None,
+                                "predicted": row.mean_ready_replicas},
+        "ready_replicas_max": {"observed": int(observed_ready.max()) if observed_ready.size else None,
+                               "predicted": row.max_replicas},
+        "observed_samples": int(max(observed_p95.size, observed_ready.size)),
+    }
+    ready = out["ready_replicas_mean"]
+    if ready["observed"]:
+        ratio = ready["predicted"] / ready["observed"]
+        out["summary"] = (f"The replay of the current {spec.current_pct:g} % ran {ratio:.2f}x the ready replicas the "
+                          f"pool recorded; typical TTFT p95 {out['ttft_p95_ms_median']['predicted']} ms predicted vs "
+                          f"{out['ttft_p95_ms_median']['observed']} ms observed.")
+    return out
