@@ -60,16 +60,6 @@ def test_it_never_costs_less_or_serves_worse_with_a_larger_standing_floor(wave_r
     assert rows[-1].mean_ready_replicas > rows[0].mean_ready_replicas
 
 
-def test_the_planners_warm_floor_changes_nothing_below_its_forecast_term() -> None:
-    """Today's warm floor is a share of the 30-minute forecast's expected peak, which the forecast term
-    (its p90 one cold start ahead) already covers: every size below 100 % replays the same."""
-    workload = daily_wave(hours=2.0)
-    report_spec = spec(sizes_pct=(0, 60), current_pct=60)
-    report = reports.run_report(workload, report_spec, plan=plan_for(report_spec, workload))
-    assert len({(row.gpu_hours, row.slo_attainment) for row in report.rows}) == 1
-    assert report.recommendation.startswith("The warm-pool size changes nothing on this traffic")
-
-
 def test_the_costs_follow_the_prices_and_the_baseline(wave_report: reports.Report) -> None:
     baseline, largest = wave_report.rows[0], wave_report.rows[-1]
     assert largest.cost_on_demand_usd == pytest.approx(largest.gpu_hours * 4.5, abs=0.05)
