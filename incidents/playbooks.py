@@ -130,12 +130,16 @@ def _parse_prescale(params: dict[str, Any], team: Team) -> dict[str, Any]:
 
 
 def prescale_target(pool: Pool, buffer: float) -> tuple[int, int]:
-    """(current, target): the warm pool (the planner's warm floor, or what runs now if more) plus the buffer."""
+    """(current, target): the warm pool plus the buffer. The warm pool is the largest of what runs now, the
+    planner's warm floor, and the replicas the request rate the loop last read needs at the learned capacity."""
     current = scaling.current_replicas(pool)
-    memory = PlannerMemory.objects.filter(pool=pool).only("last_decision").first()
-    terms = (memory.last_decision or {}).get("terms", []) if memory else []
-    warm_floor = next((term.get("replicas", 0) for term in terms if term.get("name") == "WarmFloor"), 0)
-    warm = max(pool.min_replicas, current, warm_floor)
+    memory = PlannerMemory.objects.filter(pool=pool).only("last_decision", "last_signals").first()
+    decision, signals = (memory.last_decision or {}, memory.last_signals or {}) if memory else ({}, {})
+    warm_floor = next((term.get("replicas", 0) for term in decision.get("terms", []) if term.get("name") == "WarmFloor"), 0)
+    capacity = decision.get("capacity_per_replica_rps") or pool.replica_capacity_rps
+    rate = signals.get("request_rate_rps")
+    needed = math.ceil(rate / capacity - 1e-9) if isinstance(rate, (int, float)) and capacity else 0
+    warm = max(pool.min_replicas, current, warm_floor, needed)
     return current, min(pool.max_replicas, math.ceil(warm * (1 + buffer) - 1e-9))
 
 
@@ -334,6 +338,29 @@ def save(actor: core.Actor, team: Team, name: str, *, description: str = "", ale
                         after={"name": playbook.name, "steps": [s.kind for s in cleaned]}, team=team)
     except IntegrityError:
         raise InvalidPlaybook("name", f"Team {team} already has a playbook named {name.strip()!r}.") from None
+    return playbook
+
+
+SURGE_PLAYBOOK = "surge"
+SURGE_STEPS = (
+    StepSpec("Acknowledge the incident and take command", PlaybookStepKind.CHECKLIST),
+    StepSpec("Pre-scale to warm pool + 50 %", PlaybookStepKind.PRESCALE, {"buffer": 0.5}),
+    StepSpec("Check that the queue drains and TTFT p95 is back under the SLO, then mark it mitigated",
+             PlaybookStepKind.CHECKLIST),
+)
+
+
+def seed_surge_playbook(team: Team, actor: core.Actor) -> Playbook:
+    """The default surge playbook, attached to the P1 latency and queue rules (idempotent: `seed_demo`)."""
+    with transaction.atomic():
+        playbook, created = Playbook.objects.get_or_create(team=team, name=SURGE_PLAYBOOK, defaults={
+            "description": "A surge: take command, add capacity ahead of the queue, confirm it drained.",
+            "alert_rules": [rules.TTFT_P95.key, rules.QUEUE_GROWTH.key]})
+        if created:
+            PlaybookStep.objects.bulk_create([PlaybookStep(playbook=playbook, position=number, title=step.title,
+                                                           kind=step.kind, params=step.params)
+                                              for number, step in enumerate(SURGE_STEPS, start=1)])
+            core.record(actor, "create", playbook, after={"name": playbook.name}, team=team)
     return playbook
 
 
