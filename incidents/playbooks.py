@@ -190,6 +190,11 @@ def _parse_shift(params: dict[str, Any], team: Team) -> dict[str, Any]:
         if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s <= 100 for s in steps):
             raise InvalidPlaybook("params.steps", f"steps are the receiving share in percent, e.g. [80, 95, 100]; got {steps!r}.")
         parsed["steps"] = steps
+    if "hold_s" in params:
+        hold = params["hold_s"]
+        if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not 0 < hold <= 3600:
+            raise InvalidPlaybook("params.hold_s", f"hold_s is the seconds each step is held, above 0 and at most 3600; got {hold!r}.")
+        parsed["hold_s"] = float(hold)
     return parsed
 
 
@@ -201,8 +206,9 @@ def _start_shift(step: PlaybookRunStep, incident: Incident, actor: core.Actor, n
     if to_pool is None:
         raise InvalidPlaybook("params.to_pool", f"No pool {step.params['to_pool']!r} in {incident.cluster.name}.")
     try:
+        options = {"hold_s": step.params["hold_s"]} if "hold_s" in step.params else {}
         step.shift = traffic.start(incident.pool, to_pool, actor, steps=step.params.get("steps"),
-                                   idempotency_key=_key(step))
+                                   idempotency_key=_key(step), **options)
     except traffic.ShiftError as exc:
         # The shift service's own refusal (a field, a conflict, the route unreadable): the step fails with it.
         raise InvalidPlaybook(getattr(exc, "field", "") or "step", str(exc)) from None
