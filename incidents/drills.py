@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.choices import Channel as ActorChannel, Role
+from controlplane.errors import ServiceError
 from controlplane.models import Cluster, Pool
 from incidents import incidents, playbooks
 from incidents.choices import IncidentEventKind, IncidentState, PlaybookStepKind, RunStepState
@@ -151,7 +152,11 @@ def _respond(run: PlaybookRun, responder: core.Actor) -> None:
     incident = run.incident
     incident.refresh_from_db()
     if incident.state == IncidentState.OPEN:
-        incidents.acknowledge(incident.pk, responder, "drill responder")
+        try:
+            incidents.acknowledge(incident.pk, responder, "drill responder")
+        except ServiceError:
+            pass  # a person acknowledged it a moment ago: they lead
+
     playbooks.refresh(run)
     for step in run.steps.order_by("position"):
         if step.state in (RunStepState.DONE, RunStepState.SKIPPED):
@@ -166,7 +171,11 @@ def _respond(run: PlaybookRun, responder: core.Actor) -> None:
         if step.state == RunStepState.WAITING_APPROVAL and step.proposal_id:
             proposal = Proposal.objects.get(pk=step.proposal_id)
             if proposal.state == ProposalState.PENDING:
-                scaling.approve(proposal.pk, responder, "drill responder")
+                try:
+                    scaling.approve(proposal.pk, responder, "drill responder")
+                except ServiceError:
+                    pass  # decided by someone else, or it needs a second person: the drill waits, as it would
+
         if step.state == RunStepState.FAILED:
             playbooks.skip(run.pk, step.position, responder, f"drill responder: {step.reason}")
         return  # one action at a time, as a person would

@@ -11,7 +11,7 @@ from controlplane.models import AuditEvent, Pool, Team
 from incidents.choices import ChannelKind
 from incidents.models import Channel, Incident, Notification, Playbook, PlaybookRunStep
 from scaling import services as scaling
-from scaling.models import Proposal
+from scaling.models import PlannerMemory, Proposal
 
 from tests.core.conftest import token_client
 from tests.incidents.test_incidents import dave, fire_ttft_p95  # noqa: F401
@@ -109,9 +109,12 @@ def test_a_run_goes_through_the_services_and_waits_for_approval(alice: User, bob
     assert (ticked["steps"][0]["state"], ticked["steps"][0]["actor_name"], ticked["steps"][0]["channel"]) == \
         ("done", "alice", "api")
 
+    # The loop last read 5 rps at 2 rps per replica: a warm pool of 3 replicas, plus 50 %: 5.
+    PlannerMemory.objects.update_or_create(pool=incident.pool, defaults={
+        "last_signals": {"request_rate_rps": 5.0}, "last_decision": {"capacity_per_replica_rps": 2.0}})
     ran = client.post(f"{RUNS}{run['id']}/run/", {"position": 2}, format="json").json()["steps"][1]
     proposal = Proposal.objects.get(pk=ran["proposal"])
-    assert (proposal.kind, proposal.state, proposal.current_replicas, proposal.target_replicas) == ("prescale", "pending", 1, 2)
+    assert (proposal.kind, proposal.state, proposal.current_replicas, proposal.target_replicas) == ("prescale", "pending", 1, 5)
     assert (ran["state"], ran["reason"]) == ("waiting_approval", f"waiting for approval #{proposal.pk}")
     # Running it again makes no second proposal.
     again = client.post(f"{RUNS}{run['id']}/run/", {"position": 2}, format="json").json()["steps"][1]
@@ -166,3 +169,20 @@ def test_runs_are_scoped_and_a_checklist_step_is_not_run(alice: User, charlie: U
     assert answer.status_code in (400, 403)
     assert client.post(RUNS, {"incident": "x", "playbook": playbook_id}, format="json").json().keys() == {"incident"}
     assert PlaybookRunStep.objects.filter(run_id=run_id, state="pending").count() == 3
+
+
+def test_a_notify_step_is_delivered_by_the_webhook_transport(alice: User, incident: Incident, ml_team: Team,  # noqa: F811
+                                                            receiver, allow_loopback) -> None:  # noqa: ANN001
+    from incidents.services import deliver
+
+    Channel.objects.create(team=ml_team, name="on-call", kind=ChannelKind.WEBHOOK,
+                           settings={"url": receiver.url("/hook"), "secret": "s" * 32})
+    client = token_client(alice)
+    playbook_id = client.post(URL, SURGE, format="json").json()["id"]
+    run_id = client.post(RUNS, {"incident": incident.pk, "playbook": playbook_id}, format="json").json()["id"]
+    client.post(f"{RUNS}{run_id}/run/", {"position": 3}, format="json")
+    [message] = Notification.objects.filter(kind="message")
+    deliver(message.pk)
+    [request] = receiver.at("/hook")
+    assert request.headers["X-Headroom-Event"] == "playbook.message"
+    assert request.json()["summary"] == message.text and Notification.objects.get(pk=message.pk).state == "delivered"
