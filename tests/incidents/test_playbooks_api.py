@@ -186,3 +186,19 @@ def test_a_notify_step_is_delivered_by_the_webhook_transport(alice: User, incide
     [request] = receiver.at("/hook")
     assert request.headers["X-Headroom-Event"] == "playbook.message"
     assert request.json()["summary"] == message.text and Notification.objects.get(pk=message.pk).state == "delivered"
+
+
+def test_seed_demo_seeds_the_surge_playbook_once_and_a_ttft_incident_offers_it(db) -> None:  # noqa: ANN001
+    from django.core.management import call_command
+
+    from incidents import playbooks
+
+    call_command("seed_demo", stdout=None)
+    call_command("seed_demo", stdout=None)
+    surge = Playbook.objects.get(team__slug="ml-platform", name="surge")
+    assert Playbook.objects.filter(name="surge").count() == 2  # one per team
+    assert surge.alert_rules == ["ttft_p95", "queue_growth"]
+    assert list(surge.steps.values_list("kind", flat=True)) == ["checklist", "prescale", "checklist"]
+    pool = Pool.objects.get(cluster__name="gpu-us-east", name="chat-llama-8b")
+    fire_ttft_p95(pool)
+    assert playbooks.offered_for(Incident.objects.get(pool=pool)) == [surge]
