@@ -212,8 +212,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    # The proposal's requested and decided channels share one set of choices: one name for it.
-    # One name per choice set, where several models' fields of the same name (state, tier) would collide.
+    # One name per choice set: the proposal's requested and decided channels share one, and several
+    # models' fields of the same name (state, tier, kind) would otherwise collide.
     "ENUM_NAME_OVERRIDES": {
         "ActorChannelEnum": "controlplane.choices.Channel",
         "AlertTierEnum": "incidents.choices.AlertTier",
@@ -221,6 +221,8 @@ SPECTACULAR_SETTINGS = {
         "IncidentStateEnum": "incidents.choices.IncidentState",
         "NotificationStateEnum": "incidents.choices.NotificationState",
         "ProposalStateEnum": "scaling.choices.ProposalState",
+        "PlaybookRunStepStateEnum": "incidents.choices.RunStepState",
+        "PlaybookStepKindEnum": "incidents.choices.PlaybookStepKind",
     },
     "COMPONENT_SPLIT_REQUEST": True,
 }

@@ -16,6 +16,7 @@ class NotificationKind(models.TextChoices):
     REPLY = "reply", "Ephemeral reply to a Slack click"
     ALERT_FIRING = "alert_firing", "Alert firing"
     ALERT_RESOLVED = "alert_resolved", "Alert resolved"
+    MESSAGE = "message", "Message from a playbook step"
 
 
 class NotificationState(models.TextChoices):
@@ -105,3 +106,35 @@ class IncidentEventKind(models.TextChoices):
     RESOLVED = "resolved", "Resolved"
     NOTE = "note", "Note"
     RESOLVE_SUGGESTED = "resolve_suggested", "All alerts resolved"
+
+
+class PlaybookStepKind(models.TextChoices):
+    """What a playbook step does. Executable kinds run through an action of incidents/playbooks.ACTIONS;
+    kinds whose action is not built yet are listed there as unavailable and refused when saved."""
+
+    CHECKLIST = "checklist", "Checklist item (a person ticks it)"
+    PRESCALE = "prescale", "Pre-scale to warm pool + 50 % (a proposal, approved like any other)"
+    SHIFT = "shift", "Start a traffic shift to another pool on the route"
+    NOTIFY = "notify", "Notify a channel"
+    FALLBACK = "fallback", "Activate the fallback model"
+    BREAKER = "breaker", "Open a circuit breaker"
+
+
+class RunStepState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    SKIPPED = "skipped", "Skipped"
+    FAILED = "failed", "Failed"
+
+
+FINISHED_RUN_STEP_STATES = frozenset({RunStepState.DONE, RunStepState.SKIPPED, RunStepState.FAILED})
+# Steps that act again when asked: a failed step may be run again (a new proposal after a rejection).
+STARTABLE_RUN_STEP_STATES = frozenset({RunStepState.PENDING, RunStepState.FAILED})
+
+
+class DrillScenario(models.TextChoices):
+    SURGE_10X = "surge-10x", "A 10x surge"
+    SLOW_COLD_START = "slow-cold-start", "A 3x surge with cold starts four times the usual"
+    DEAD_ENDPOINT = "dead-endpoint", "One replica answering only errors"

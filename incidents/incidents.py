@@ -226,5 +226,19 @@ def add_note(incident_id: int, actor: core.Actor, text: str, *, follow_up: bool 
     return event
 
 
-__all__ = ["IncidentConflict", "IncidentError", "InvalidIncidentInput", "Transition", "acknowledge", "add_note",
+def close_drill(incident_id: int, text: str, now: datetime | None = None) -> None:
+    """A drill's end resolves its incident (the drill, not a person, decides when practice is over)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        incident = _locked(incident_id)
+        if not incident.is_drill or incident.state not in ACTIVE:
+            return
+        source, before = incident.state, core.snapshot(incident)
+        incident.state, incident.resolved_at = IncidentState.RESOLVED, now
+        incident.save(update_fields=["state", "resolved_at"])
+        _event(incident, IncidentState.RESOLVED, AUTO, now, text=text, from_state=source)
+        core.record(AUTO, IncidentState.RESOLVED, incident, before=before, team=incident.team)
+
+
+__all__ = ["IncidentConflict", "IncidentError", "InvalidIncidentInput", "Transition", "acknowledge", "add_note", "close_drill",
            "mitigate", "on_alert_firing", "on_alert_resolved", "resolve"]

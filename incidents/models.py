@@ -18,10 +18,13 @@ from incidents.choices import (
     IncidentState,
     NotificationKind,
     NotificationState,
+    PlaybookStepKind,
+    RunStepState,
     SlackOutcome,
+    DrillScenario,
 )
 from incidents.specs import ChannelSpec
-from scaling.models import Proposal, ProposalEvent
+from scaling.models import Proposal, ProposalEvent, TrafficShift
 
 
 class Channel(models.Model):
@@ -295,6 +298,11 @@ class Incident(models.Model):
     def scope(self) -> str:
         return str(self.pool) if self.pool_id else f"{self.cluster.name} (control loop)"
 
+    @property
+    def is_drill(self) -> bool:
+        """Opened by `manage.py drill`: practice, never paged to real channels."""
+        return Drill.objects.filter(incident_id=self.pk).exists() if self.pk else False
+
 
 class IncidentEvent(models.Model):
     """What happened to the incident itself: opened, alerts joining, transitions, notes.
@@ -319,3 +327,97 @@ class IncidentEvent(models.Model):
 
     def __str__(self) -> str:
         return f"incident {self.incident_id}: {self.kind}"
+
+
+class Playbook(models.Model):
+    """A team's prepared response: ordered steps, offered in incidents opened by its alert rules or severities."""
+
+    team_lookups = ("team",)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="playbooks")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    alert_rules = models.JSONField(default=list, blank=True, help_text="Rule keys whose incidents offer it.")
+    severities = models.JSONField(default=list, blank=True, help_text="Incident kinds (P0, P1) that offer it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="playbook_unique_name_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.name}" if self.team_id else self.name
+
+
+class PlaybookStep(models.Model):
+    """One step: a checklist item or an action with its parameters (parsed by incidents/playbooks.py)."""
+
+    playbook = models.ForeignKey(Playbook, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveSmallIntegerField()
+    title = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=PlaybookStepKind.choices)
+    params = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["playbook", "position"]
+        constraints = [models.UniqueConstraint(fields=["playbook", "position"], name="playbook_step_unique_position")]
+
+
+class PlaybookRun(models.Model):
+    """A playbook run inside an incident. Steps are copied at the start, so editing the playbook later
+    changes no run in progress; one run per playbook and incident (starting twice answers the first)."""
+
+    team_lookups = ("incident__team",)
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="playbook_runs")
+    playbook = models.ForeignKey(Playbook, on_delete=models.SET_NULL, null=True, related_name="runs")
+    playbook_name = models.CharField(max_length=100)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    started_channel = models.CharField(max_length=16, choices=ActorChannel.choices)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["incident", "playbook"], name="playbook_run_once_per_incident")]
+
+
+class PlaybookRunStep(models.Model):
+    """One step's outcome in a run: who did it, when, and the proposal or shift it made."""
+
+    run = models.ForeignKey(PlaybookRun, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveSmallIntegerField()
+    title = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=PlaybookStepKind.choices)
+    params = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=RunStepState.choices, default=RunStepState.PENDING)
+    reason = models.TextField(blank=True, help_text="Why it failed or was skipped, or what it did.")
+    actor_name = models.CharField(max_length=150, blank=True)
+    channel = models.CharField(max_length=16, choices=ActorChannel.choices, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+    proposal = models.ForeignKey(Proposal, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    shift = models.ForeignKey(TrafficShift, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position"], name="playbook_run_step_unique_position")]
+
+
+class Drill(models.Model):
+    """A playbook practised against the sandbox: its incident (kept with its timeline) and its score."""
+
+    team_lookups = ("incident__team",)
+
+    playbook = models.ForeignKey(Playbook, on_delete=models.SET_NULL, null=True, related_name="drills")
+    scenario = models.CharField(max_length=20, choices=DrillScenario.choices)
+    incident = models.OneToOneField(Incident, on_delete=models.CASCADE, related_name="drill")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="drills")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    score = models.JSONField(default=dict, blank=True)
+    ticks = models.JSONField(default=list, blank=True, help_text="The scenario's signals per drill tick.")
+
+    class Meta:
+        ordering = ["-started_at", "-id"]

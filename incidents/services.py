@@ -23,7 +23,7 @@ from controlplane.errors import ServiceError
 from controlplane.models import Team
 from incidents import outbound
 from incidents.choices import ChannelKind, NotificationKind, NotificationState
-from incidents.models import Channel, DispatchedEvent, Notification, SlackIdentity
+from incidents.models import Channel, DispatchedEvent, Drill, Notification, SlackIdentity
 from incidents.transports import NothingToSend, TransportError, transport_class, transport_for
 from scaling.choices import ProposalState
 from scaling.models import Proposal, ProposalEvent
@@ -79,8 +79,9 @@ def _quiet_reason(channel: Channel, proposal: Proposal, now: datetime) -> str:
 
 
 def _mutable(kind: str, edits_in_place: bool) -> bool:
-    """Quiet rules hold back new messages; replies and edits of a message already posted go out."""
-    if kind == NotificationKind.REPLY:
+    """Quiet rules hold back new messages; replies, edits of a message already posted, and a playbook's
+    message (a person's deliberate step) go out."""
+    if kind in (NotificationKind.REPLY, NotificationKind.MESSAGE):
         return False
     return kind != NotificationKind.UPDATE or not edits_in_place
 
@@ -132,9 +133,12 @@ def fan_out(now: datetime | None = None) -> list[int]:
         DispatchedEvent.objects.bulk_create([DispatchedEvent(event=event) for event in events], ignore_conflicts=True)
         team_ids = {event.proposal.pool.team_id for event in events}
         channels = list(Channel.objects.filter(team_id__in=team_ids, enabled=True).select_related("team"))
+        # A drill's proposals are practice: they never reach the team's real channels.
+        drill_pools = set(Drill.objects.filter(pool_id__in={event.proposal.pool_id for event in events})
+                          .values_list("pool_id", flat=True))
         for event in events:
             kind = _kind_for(event)
-            if kind is None:
+            if kind is None or event.proposal.pool_id in drill_pools:
                 continue
             for channel in channels:
                 if channel.team_id != event.proposal.pool.team_id:

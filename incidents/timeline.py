@@ -21,12 +21,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from incidents.choices import NotificationState
-from incidents.models import AlertEvent, Incident, Notification
-from scaling.choices import ProposalState
-from scaling.models import ProposalEvent
+from incidents.models import AlertEvent, Incident, Notification, PlaybookRunStep
+from scaling.choices import ProposalState, ShiftPhase
+from scaling.models import ProposalEvent, TrafficShiftEvent
 
 # A surge is usually answered before its alert's `for` duration ends: the proposal that did it belongs here.
 LOOKBACK = timedelta(minutes=15)
+# Shift transitions the charts mark: weights moving in blue, a rollback in orange, the end in green or red.
+SHIFT_MARKERS = {ShiftPhase.HOLDING: "blue", ShiftPhase.ROLLING_BACK: "orange", ShiftPhase.ROLLED_BACK: "orange",
+                 ShiftPhase.COMPLETED: "green", ShiftPhase.FAILED: "red"}
 # Which proposal transitions the charts mark: decisions in blue, replicas turning ready in green.
 PROPOSAL_MARKERS = {ProposalState.APPROVED: "blue", ProposalState.REJECTED: "gray", ProposalState.SUCCEEDED: "green",
                     ProposalState.FAILED: "red"}
@@ -161,6 +164,44 @@ def notifications(incident: Incident, span: Window) -> Iterable[Entry]:
                     f"{note.get_kind_display()} about {subject} to {note.channel.name}: {state}",
                     channel=note.channel.kind, detail=note.last_error, object_type="incidents.notification",
                     object_id=note.pk, url=reverse("incidents:channels"))
+
+
+def _shift_title(event: TrafficShiftEvent) -> str:
+    shift = event.shift
+    if not event.from_phase:
+        return f"Shift #{shift.pk} started: {shift.from_backend} → {shift.to_backend} ({', '.join(f'{s} %' for s in shift.steps)})"
+    if event.from_phase == event.to_phase:
+        return f"Shift #{shift.pk}: {event.comment or 'note'}"
+    if event.to_phase == ShiftPhase.HOLDING:
+        return f"Shift #{shift.pk} step {event.step}: {shift.steps[event.step - 1]} % on {shift.to_backend}"
+    verbs = {ShiftPhase.ROLLING_BACK: "rolling back", ShiftPhase.ROLLED_BACK: "rolled back",
+             ShiftPhase.WAITING_APPROVAL: "waits for approval", ShiftPhase.STEPPING: f"writing step {event.step}"}
+    return f"Shift #{shift.pk} {verbs.get(event.to_phase, event.to_phase)}"
+
+
+@source
+def shift_events(incident: Incident, span: Window) -> Iterable[Entry]:
+    """Traffic shifts to or from the incident's pool: each step, check failure and rollback."""
+    if not incident.pool_id:
+        return
+    rows = TrafficShiftEvent.objects.filter(Q(shift__from_pool_id=incident.pool_id) | Q(shift__to_pool_id=incident.pool_id),
+                                            at__gte=span.start, at__lte=span.end).select_related("shift")
+    for event in rows:
+        url = reverse("pool-detail", args=[event.shift.to_pool_id]) + f"#shift-{event.shift_id}"
+        marker = SHIFT_MARKERS.get(event.to_phase, "") if event.from_phase != event.to_phase else ""
+        yield Entry(event.at, "shift", _shift_title(event), _actor(event.actor_name), event.channel, event.comment,
+                    "scaling.trafficshift", event.shift_id, url, marker)
+
+
+@source
+def playbook_steps(incident: Incident, span: Window) -> Iterable[Entry]:
+    """Playbook steps as they were last settled (done, skipped, failed, or started and waiting)."""
+    url = reverse("incidents:incident-view", args=[incident.pk]) + "#playbooks"
+    rows = PlaybookRunStep.objects.filter(run__incident=incident, updated_at__isnull=False).select_related("run")
+    for step in rows:
+        yield Entry(step.updated_at, "playbook", f"Playbook {step.run.playbook_name} step {step.position} "
+                                                 f"({step.title}): {step.get_state_display().lower()}",
+                    _actor(step.actor_name), step.channel, step.reason, "incidents.playbookrun", step.run_id, url)
 
 
 __all__ = ["Entry", "LOOKBACK", "SOURCES", "Window", "source", "timeline", "window"]

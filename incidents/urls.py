@@ -18,6 +18,13 @@ urlpatterns = [
     path("incidents/<int:pk>/note/", views.incident_note, name="incident-note"),
     re_path(r"^incidents/(?P<pk>[0-9]+)/(?P<verb>acknowledge|mitigate|resolve)/$", views.incident_act,
             name="incident-act"),
+    path("incidents/<int:pk>/playbooks/", views.incident_playbooks, name="incident-playbooks"),
+    path("incidents/<int:pk>/playbooks/<int:playbook_pk>/start/", views.playbook_start, name="playbook-start"),
+    re_path(r"^incidents/(?P<pk>[0-9]+)/runs/(?P<run_pk>[0-9]+)/steps/(?P<position>[0-9]+)/(?P<verb>complete|skip|run)/$",
+            views.playbook_step, name="playbook-step"),
+    path("playbooks/", views.playbook_list, name="playbooks"),
+    path("playbooks/new/", views.playbook_edit, name="playbook-create"),
+    path("playbooks/<int:pk>/edit/", views.playbook_edit, name="playbook-edit"),
     path("settings/", views.user_settings, name="user-settings"),
     # The app's REST resources sit beside the core ones under /api/v1/ (one router per app).
     path("api/v1/", include("incidents.api.urls")),

@@ -7,16 +7,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from controlplane import permissions, services as core
 from controlplane.choices import Channel as ActorChannel, Role
-from incidents import incidents, live, postmortem, services, slack, timeline
-from incidents.forms import ChannelForm, SlackLinkForm
+from incidents import incidents, live, playbooks, postmortem, services, slack, timeline
+from incidents.forms import ChannelForm, PlaybookForm, SlackLinkForm
 from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES, AlertState, IncidentState
-from incidents.models import Alert, Channel, Incident, Notification, Silence, SlackIdentity
+from incidents.models import Alert, Channel, Incident, Notification, Playbook, PlaybookRun, Silence, SlackIdentity
 from scaling.choices import ProposalState
 
 
@@ -142,7 +143,7 @@ def _live_context(request: HttpRequest, incident: Incident, error: str = "") -> 
 @login_required
 def incident_detail(request: HttpRequest, pk: int) -> HttpResponse:
     incident = get_object_or_404(_visible_incidents(request), pk=pk)
-    context = _live_context(request, incident) | _approvals_context(request, incident)
+    context = _live_context(request, incident) | _approvals_context(request, incident) | _playbooks_context(request, incident)
     return render(request, "incidents/incident_detail.html", context)
 
 
@@ -212,3 +213,95 @@ def incident_postmortem(request: HttpRequest, pk: int) -> HttpResponse:
     response = HttpResponse(postmortem.render(incident), content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="incident-{incident.pk}-postmortem.md"'
     return response
+
+
+# --- playbooks in the incident page ----------------------------------------------------------------
+
+
+def _playbooks_context(request: HttpRequest, incident: Incident, error: str = "") -> dict:
+    runs = list(incident.playbook_runs.all())
+    for run in runs:
+        playbooks.refresh(run)
+    running = {run.playbook_id for run in runs}
+    return {
+        "incident": incident, "error": error,
+        "runs": PlaybookRun.objects.filter(incident=incident).prefetch_related("steps", "steps__proposal"),
+        "offered": [playbook for playbook in playbooks.offered_for(incident) if playbook.pk not in running],
+        "can_act": core.may_act_in(request.user, incident.team, incident.cluster, Role.OPERATOR),
+        "is_drill": incident.is_drill,
+    }
+
+
+def _playbooks_answer(request: HttpRequest, incident: Incident, error: str = "", status: int = 200) -> HttpResponse:
+    if request.htmx:
+        return render(request, "incidents/_incident_playbooks.html", _playbooks_context(request, incident, error),
+                      status=status if error else 200)
+    if error:
+        return HttpResponse(error, status=status, content_type="text/plain")
+    return redirect(reverse("incidents:incident-view", args=[incident.pk]) + "#playbooks")
+
+
+@login_required
+def incident_playbooks(request: HttpRequest, pk: int) -> HttpResponse:
+    """The playbook checklist: runs with each step's outcome, and the playbooks this incident offers."""
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    return render(request, "incidents/_incident_playbooks.html", _playbooks_context(request, incident))
+
+
+@login_required
+@require_POST
+def playbook_start(request: HttpRequest, pk: int, playbook_pk: int) -> HttpResponse:
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    playbook = get_object_or_404(permissions.scoped(Playbook.objects.all(), request.user), pk=playbook_pk)
+    try:
+        playbooks.start_run(incident, playbook, core.Actor.from_request(request, ActorChannel.WEB))
+    except playbooks.PlaybookError as exc:
+        return _playbooks_answer(request, incident, str(exc), exc.status_code)
+    return _playbooks_answer(request, incident)
+
+
+@login_required
+@require_POST
+def playbook_step(request: HttpRequest, pk: int, run_pk: int, position: int, verb: str) -> HttpResponse:
+    """Complete, skip or run one step of a run in this incident."""
+    incident = get_object_or_404(_visible_incidents(request), pk=pk)
+    run = get_object_or_404(PlaybookRun, pk=run_pk, incident=incident)
+    actor = core.Actor.from_request(request, ActorChannel.WEB)
+    try:
+        if verb == "skip":
+            playbooks.skip(run.pk, position, actor, request.POST.get("reason", ""))
+        else:
+            {"complete": playbooks.complete, "run": playbooks.run_step}[verb](run.pk, position, actor)
+    except (playbooks.PlaybookError, core.AccessDenied) as exc:
+        return _playbooks_answer(request, incident, str(exc), exc.status_code)
+    return _playbooks_answer(request, incident)
+
+
+# --- the playbook pages ----------------------------------------------------------------------------
+
+
+@login_required
+def playbook_list(request: HttpRequest) -> HttpResponse:
+    rows = permissions.scoped(Playbook.objects.select_related("team").prefetch_related("steps"), request.user)
+    return render(request, "incidents/playbooks.html", {"rows": rows, "kinds": playbooks.step_kinds()})
+
+
+@login_required
+def playbook_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
+    """Create or edit a playbook on one form; the service validates every step and names what is wrong."""
+    playbook = get_object_or_404(permissions.scoped(Playbook.objects.all(), request.user), pk=pk) if pk else None
+    form = PlaybookForm(request.POST or None, user=request.user,
+                        initial=PlaybookForm.initial_for(playbook) if playbook else None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        steps = [playbooks.StepSpec(title, kind, params) for kind, title, params in data["steps"]]
+        try:
+            saved = playbooks.save(core.Actor.from_request(request, ActorChannel.WEB), data["team"], data["name"],
+                                   description=data["description"], alert_rules=data["alert_rules"],
+                                   severities=data["severities"], steps=steps, playbook=playbook)
+        except (playbooks.PlaybookError, core.AccessDenied) as exc:
+            form.add_error(None, f"{getattr(exc, 'field', '')}: {exc}".lstrip(": "))
+        else:
+            return redirect(reverse("incidents:playbooks") + f"#playbook-{saved.pk}")
+    return render(request, "incidents/playbook_form.html", {"form": form, "playbook": playbook,
+                                                             "kinds": playbooks.step_kinds()})

@@ -34,8 +34,9 @@ def tick() -> None:
 @shared_task(ignore_result=True)
 def advance_shifts() -> None:
     """One step of every active traffic shift: guard checks, holds, the next step or a rollback."""
-    from scaling import traffic
+    from scaling import prescale_shift, traffic
 
+    prescale_shift.sweep()  # shifts that succeeded pre-scales call for, if their own start was lost
     traffic.advance()
 
 

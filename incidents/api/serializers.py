@@ -5,7 +5,9 @@ from rest_framework import serializers
 
 from controlplane.api.serializers import TeamSlugField
 from incidents import outbound, rules, timeline
-from incidents.models import Alert, Channel, Incident, IncidentEvent, Notification, Silence
+from incidents.models import (
+    Alert, Channel, Incident, IncidentEvent, Notification, Playbook, PlaybookRun, PlaybookRunStep, PlaybookStep, Silence,
+)
 
 
 class ChannelSerializer(serializers.ModelSerializer):
@@ -124,3 +126,59 @@ class IncidentActionSerializer(serializers.Serializer):
 class IncidentNoteSerializer(serializers.Serializer):
     text = serializers.CharField(max_length=4000)
     follow_up = serializers.BooleanField(default=False, help_text="Work to do after the incident; listed in the postmortem.")
+
+
+class PlaybookStepSerializer(serializers.ModelSerializer):
+    kind = serializers.CharField(help_text="checklist, prescale, shift, notify (fallback and breaker: not yet available).")
+    params = serializers.JSONField(required=False, default=dict,
+                                   help_text='prescale {"buffer": 0.5}; shift {"to_pool": NAME, "steps": [80, 95, 100]}; '
+                                             'notify {"channel": NAME, "text": ...}; checklist {}.')
+
+    class Meta:
+        model = PlaybookStep
+        fields = ["position", "title", "kind", "params"]
+        read_only_fields = ["position"]
+        extra_kwargs = {"title": {"allow_blank": True}}  # the service names the step: steps[N].title
+
+
+class PlaybookSerializer(serializers.ModelSerializer):
+    """A playbook with its ordered steps; writing replaces every step (validated together by the service)."""
+
+    team = TeamSlugField()
+    steps = PlaybookStepSerializer(many=True)
+    alert_rules = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    severities = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+
+    class Meta:
+        model = Playbook
+        fields = ["id", "team", "name", "description", "alert_rules", "severities", "steps", "created_at", "updated_at"]
+        read_only_fields = ["created_at", "updated_at"]
+        validators: list = []  # the service says which name is taken, naming the field
+
+
+class PlaybookRunStepSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PlaybookRunStep
+        fields = ["position", "title", "kind", "params", "state", "reason", "actor_name", "channel", "updated_at",
+                  "proposal", "shift", "data"]
+        read_only_fields = fields
+
+
+class PlaybookRunSerializer(serializers.ModelSerializer):
+    steps = PlaybookRunStepSerializer(many=True, read_only=True)
+    started_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = PlaybookRun
+        fields = ["id", "incident", "playbook", "playbook_name", "started_by", "started_channel", "started_at", "steps"]
+        read_only_fields = fields
+
+
+class PlaybookRunStartSerializer(serializers.Serializer):
+    incident = serializers.IntegerField(min_value=1)
+    playbook = serializers.IntegerField(min_value=1)
+
+
+class PlaybookRunStepActionSerializer(serializers.Serializer):
+    position = serializers.IntegerField(min_value=1, max_value=1000)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, help_text="Why it is skipped.")

@@ -8,5 +8,7 @@ router.register("notifications", views.NotificationViewSet)
 router.register("alerts", views.AlertViewSet)
 router.register("silences", views.SilenceViewSet)
 router.register("incidents", views.IncidentViewSet)
+router.register("playbooks", views.PlaybookViewSet)
+router.register("playbook-runs", views.PlaybookRunViewSet)
 
 urlpatterns = router.urls

@@ -15,10 +15,10 @@ from rest_framework.response import Response
 
 from controlplane import permissions, services as core
 from controlplane.choices import Channel as ActorChannel, Role
-from incidents import alerts, incidents, postmortem, services
+from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
 from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES
-from incidents.models import Alert, Channel, Incident, Notification, Silence
+from incidents.models import Alert, Channel, Incident, Notification, Playbook, PlaybookRun, Silence
 
 
 class ChannelFilter(django_filters.FilterSet):
@@ -234,3 +234,133 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
         """The postmortem: summary, impact in SLO minutes and requests, timeline, decisions, follow-ups."""
         incident = self.get_object()
         return HttpResponse(postmortem.render(incident), content_type="text/markdown; charset=utf-8")
+
+
+class PlaybookFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug")
+
+    class Meta:
+        model = Playbook
+        fields = ["team", "name"]
+
+
+def _step_specs(data: dict) -> list[playbooks.StepSpec]:
+    return [playbooks.StepSpec(step.get("title", ""), step.get("kind", ""), step.get("params") or {})
+            for step in data.get("steps", [])]
+
+
+class PlaybookViewSet(viewsets.ModelViewSet):
+    """Playbooks: ordered steps offered in incidents of their alert rules or severities. Team members read
+    them; operators of the team write them. `kinds` lists the step kinds and which can be used now."""
+
+    queryset = Playbook.objects.select_related("team").prefetch_related("steps")
+    serializer_class = serializers.PlaybookSerializer
+    filterset_class = PlaybookFilter
+    action_roles = {"create": Role.OPERATOR, "update": Role.OPERATOR, "partial_update": Role.OPERATOR,
+                    "destroy": Role.OPERATOR}
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    @property
+    def actor(self) -> core.Actor:
+        return core.Actor.from_request(self.request, ActorChannel.API)
+
+    def _save(self, request: Request, playbook: Playbook | None) -> Playbook:
+        incoming = self.get_serializer(playbook, data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        return playbooks.save(self.actor, data["team"], data["name"], description=data.get("description", ""),
+                              alert_rules=data.get("alert_rules"), severities=data.get("severities"),
+                              steps=_step_specs(data), playbook=playbook)
+
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        playbook = self._save(request, None)
+        return Response(self.get_serializer(self.get_queryset().get(pk=playbook.pk)).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        playbook = self._save(request, self.get_object())
+        return Response(self.get_serializer(self.get_queryset().get(pk=playbook.pk)).data)
+
+    def perform_destroy(self, instance: Playbook) -> None:
+        playbooks.delete(self.actor, instance)
+
+    @extend_schema(responses={200: OpenApiResponse(description="[{kind, label, available, unavailable_reason}]")})
+    @action(detail=False, methods=["get"])
+    def kinds(self, request: Request) -> Response:
+        """The step kinds: the executable ones and those not yet available."""
+        return Response(playbooks.step_kinds())
+
+
+RUN_RESPONSES = {200: serializers.PlaybookRunSerializer, 400: OpenApiResponse(description="Bad input, naming the field."),
+                 403: OpenApiResponse(description="Not an operator of the incident's team."),
+                 409: OpenApiResponse(description="The step's state does not allow this.")}
+
+
+class PlaybookRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Playbook runs inside incidents. POST starts one (again: the same run); `complete` ticks a checklist
+    step, `skip` skips a step, `run` runs an action step through its service (idempotent)."""
+
+    queryset = PlaybookRun.objects.select_related("incident__team", "started_by").prefetch_related("steps")
+    serializer_class = serializers.PlaybookRunSerializer
+    filterset_fields = ["incident", "playbook"]
+    action_roles = {"create": Role.OPERATOR, "complete": Role.OPERATOR, "skip": Role.OPERATOR, "run": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    @property
+    def actor(self) -> core.Actor:
+        return core.Actor.from_request(self.request, ActorChannel.API)
+
+    def _answer(self, run: PlaybookRun, code: int = status.HTTP_200_OK) -> Response:
+        playbooks.refresh(run)
+        return Response(self.get_serializer(self.get_queryset().get(pk=run.pk)).data, status=code)
+
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        return self._answer(self.get_object())
+
+    @extend_schema(request=serializers.PlaybookRunStartSerializer, responses={201: serializers.PlaybookRunSerializer, **RUN_RESPONSES})
+    def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        incoming = serializers.PlaybookRunStartSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        incident = permissions.scoped(Incident.objects.select_related("team", "cluster", "pool"), request.user) \
+            .filter(pk=incoming.validated_data["incident"]).first()
+        if incident is None:
+            return Response({"incident": ["No such incident in your teams."]}, status=status.HTTP_400_BAD_REQUEST)
+        playbook = permissions.scoped(Playbook.objects.all(), request.user).filter(pk=incoming.validated_data["playbook"]).first()
+        if playbook is None:
+            return Response({"playbook": ["No such playbook in your teams."]}, status=status.HTTP_400_BAD_REQUEST)
+        run = playbooks.start_run(incident, playbook, self.actor)
+        return self._answer(run, status.HTTP_201_CREATED)
+
+    def _step(self, request: Request, verb) -> Response:  # noqa: ANN001
+        run = self.get_object()
+        incoming = serializers.PlaybookRunStepActionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        position = incoming.validated_data["position"]
+        if verb is playbooks.skip:
+            verb(run.pk, position, self.actor, incoming.validated_data.get("reason", ""))
+        else:
+            verb(run.pk, position, self.actor)
+        return self._answer(run)
+
+    @extend_schema(request=serializers.PlaybookRunStepActionSerializer, responses=RUN_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def complete(self, request: Request, pk: str | None = None) -> Response:
+        """Tick a checklist step (ticking it again changes nothing)."""
+        return self._step(request, playbooks.complete)
+
+    @extend_schema(request=serializers.PlaybookRunStepActionSerializer, responses=RUN_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def skip(self, request: Request, pk: str | None = None) -> Response:
+        """Skip a pending or failed step, with the reason."""
+        return self._step(request, playbooks.skip)
+
+    @extend_schema(request=serializers.PlaybookRunStepActionSerializer, responses=RUN_RESPONSES)
+    @action(detail=True, methods=["post"])
+    def run(self, request: Request, pk: str | None = None) -> Response:
+        """Run an action step through its service: a pre-scale proposes (and waits for approval), a shift
+        starts, a message is queued. Running it again answers the object it made."""
+        return self._step(request, playbooks.run_step)

@@ -109,6 +109,9 @@ class SlackTransport(Transport):
         if notification.alert is not None:
             self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind), self.channel.pk))
             return
+        if kind == NotificationKind.MESSAGE:
+            self.post_json(self.spec.url, {"text": notification.text})
+            return
         if kind == NotificationKind.REPLY:
             reply = {"response_type": "ephemeral", "replace_original": False, "text": notification.text}
             self._to_response_url(notification.response_url, reply)

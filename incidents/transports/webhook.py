@@ -34,6 +34,8 @@ class WebhookTransport(Transport):
     def event_name(self, notification: Notification) -> str:
         if notification.alert is not None:
             return "alert.resolved" if notification.kind == NotificationKind.ALERT_RESOLVED else "alert.firing"
+        if notification.kind == NotificationKind.MESSAGE:
+            return "playbook.message"
         return f"proposal.{notification.event.to_state}"  # type: ignore[union-attr]
 
     def alert_payload(self, notification: Notification) -> dict[str, Any]:
@@ -51,6 +53,8 @@ class WebhookTransport(Transport):
     def payload(self, notification: Notification) -> dict[str, Any]:
         if notification.alert is not None:
             return self.alert_payload(notification)
+        if notification.kind == NotificationKind.MESSAGE:
+            return {"event": "playbook.message", "delivery": notification.pk, "summary": notification.text}
         event = notification.event
         if event is None or notification.proposal is None:
             raise NothingToSend("webhooks carry proposal transitions only")

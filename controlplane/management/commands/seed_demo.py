@@ -112,6 +112,10 @@ class Command(BaseCommand):
                 )
         primary = pools[("gpu-us-east", "chat-llama-8b")]
         upsert(Pool, {"fallback_pool": pools[("gpu-us-east", "chat-llama-1b")]}, pk=primary.pk)
+        from incidents import playbooks  # the incidents app owns playbooks; seeded here with the fleet
+
+        for team in teams.values():
+            playbooks.seed_surge_playbook(team, actor)
         self.stdout.write(
             f"Demo fleet ready: {len(clusters)} clusters, {len(pools)} pools. "
             f"Log in as alice, bob or charlie with password {DEMO_PASSWORD!r}."

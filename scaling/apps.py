@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_save
+
+
+class ScalingConfig(AppConfig):
+    name = "scaling"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from scaling import prescale_shift
+
+        post_save.connect(prescale_shift.on_proposal_event, sender="scaling.ProposalEvent",
+                          dispatch_uid="scaling-prescale-shift")
