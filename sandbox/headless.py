@@ -320,7 +320,9 @@ def _proposals(clock: _Clock, approved_by_on_call: set[int]) -> list[dict[str, A
         rows.append({
             "id": proposal.pk, "pool": proposal.pool.name, "kind": proposal.kind, "state": proposal.state,
             "from": proposal.current_replicas, "to": proposal.target_replicas,
-            "created_s": clock.of(proposal.created_at), "approved_s": clock.of(proposal.decided_at),
+            # Policy approves in the tick that proposed, stamped with the tick's start: that is when it was made.
+            "created_s": clock.of(min(proposal.created_at, proposal.decided_at or proposal.created_at)),
+            "approved_s": clock.of(proposal.decided_at),
             "executed_s": clock.of(proposal.applied_at),
             "ready_s": clock.of(proposal.finished_at) if scaled_up and proposal.state == "succeeded" else None,
             "channel": channel,
