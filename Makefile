@@ -8,10 +8,11 @@ PORT ?= 8000
 # test database, test_headroom_<TEST_RUN_ID or pid>, so two runs on one machine do not collide.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/headroom
 
-.PHONY: help install system-deps demo serve migrate test test-fast test-db test-services test-realvllm bench clean
+.PHONY: help install system-deps demo demo-headless serve migrate test test-fast test-db test-services test-realvllm bench clean
 
 help:
 	@echo "make demo          run Headroom on SQLite with the demo fleet at http://127.0.0.1:$(PORT)"
+	@echo "make demo-headless the surge-10x scenario with no browser, Headroom against keda-queue, as JSON"
 	@echo "make test          install what the tests need and run every tier"
 	@echo "make test-fast     pure tiers only (simulator, engine, parsers): no services"
 	@echo "make install       create .venv and install Headroom with its test extras (idempotent)"
@@ -44,6 +45,11 @@ migrate: install system-deps
 demo: install migrate
 	DEBUG=1 $(BIN)/python manage.py seed_demo
 	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)
+
+# The demo's surge without a browser: Headroom and keda-queue on the same traffic, one JSON object on stdout.
+demo-headless: install migrate
+	DEBUG=1 $(BIN)/python manage.py seed_demo >/dev/null
+	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --headless --json $(DEMO_ARGS)
 
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/parsers tests/sandbox_realvllm)

@@ -29,6 +29,32 @@ def replica_capacity_rps(profile: PoolProfile, prompt_tokens: int = 500, output_
     return round(utilisation * slots / service_s, 3)
 
 
+def retire_previous() -> str:
+    """Delete the previous run's sandbox cluster with everything that hangs off it (audited).
+
+    A sandbox is new on every start: its ports, pods and traffic are gone, so the last run's
+    proposals, incidents, alerts and signal history describe nothing that exists. Left in place they
+    would show up in the new run's inbox and feed its forecasts; the audit log keeps what was deleted.
+    """
+    from controlplane import services
+    from controlplane.choices import Channel
+    from controlplane.models import Cluster
+
+    cluster = Cluster.objects.filter(name=CLUSTER_NAME).first()
+    if cluster is None:
+        return "no previous sandbox"
+    actor = services.Actor(user=None, channel=Channel.CLI)
+    try:
+        with transaction.atomic():
+            pools = list(cluster.pools.all())
+            for pool in pools:  # a pool protects its cluster: pools first
+                services.delete_with_audit(actor, pool)
+            services.delete_with_audit(actor, cluster)
+    except DatabaseError as error:
+        raise RegistrationError(f"could not remove the previous sandbox ({error})") from None
+    return f"removed the previous sandbox and its {len(pools)} pool(s) with their proposals, incidents and history"
+
+
 def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
     """Create or update the sandbox's Cluster, Pools and their TTFT SLOs (audited); returns a summary."""
     from controlplane import services

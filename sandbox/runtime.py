@@ -23,6 +23,7 @@ from sandbox.gateway import Gateway
 from sandbox.history import history_openmetrics
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.prometheus import PrometheusError, PrometheusLauncher
+from sandbox.replica import wait_until
 from sandbox.scenarios import continued, scenario_trace
 from sandbox.traffic import ClientOptions, TrafficGenerator
 
@@ -42,6 +43,18 @@ class SandboxConfig:
     max_num_seqs: int = 8
     traces_dir: Path | None = None
     history_hours: float = 0.0  # backfill Prometheus with this much past traffic (scenario's, replayed)
+    stream: bool = False  # clients stream answers (and so record their time to first token)
+    # Hold the traffic until the starting replicas are Ready, so a run starts from a serving pool
+    # (as a replay does) rather than from a cold start answering 503.
+    traffic_after_ready: bool = False
+
+
+CLIENT_TIMEOUT_S = 120.0  # model seconds a client waits for an answer
+
+
+def client_timeout_s(speed: float) -> float:
+    """The clients' timeout in wall seconds (never under 5 s, so Python's own overhead cannot trip it)."""
+    return max(5.0, CLIENT_TIMEOUT_S / speed)
 
 
 def _dns_label(text: str) -> str:
@@ -123,10 +136,20 @@ class Sandbox:
                 print(f"sandbox: running without Prometheus: {error}", file=sys.stderr)
                 self.prometheus.stop()
                 self.prometheus = None
+        if self.trace is not None and self.config.traffic_after_ready:
+            self._wait_for_starting_replicas()
         if self.trace is not None:
-            options = ClientOptions(timeout_s=max(5.0, 120.0 / self.config.speed))
+            options = ClientOptions(timeout_s=client_timeout_s(self.config.speed), stream=self.config.stream)
             self.traffic = TrafficGenerator(self.gateway.url, self.trace, speed=self.config.speed,
                                             options=options).start()
+
+    def _wait_for_starting_replicas(self) -> None:
+        def ready() -> bool:
+            return all(len(self.cluster.ready_replicas(spec.namespace, spec.name)) >= spec.replicas for spec in self.specs)
+
+        cold_start_s = max(self.config.cold_start_s or spec.profile.cold_start_p95_s for spec in self.specs)
+        if not wait_until(ready, 30.0 + 2 * cold_start_s / self.config.speed, interval=0.1):
+            raise RuntimeError("the starting replicas did not become Ready")
 
     def _backfill(self, prometheus: PrometheusLauncher) -> None:
         history = scenario_trace(self.config.scenario, self.config.pools, self.config.traces_dir, seed=1)

@@ -3,6 +3,8 @@
 - `idle`: no traffic.
 - `steady`: Poisson arrivals, `BASE_RPS_PER_POOL` per pool, conversation-like token lengths.
 - `surge`: the steady load with a 10x surge from minute 2 to minute 7 of every 15 minutes.
+- `surge-10x`: one such surge and then the end: 2 minutes steady, 5 minutes at 10x, 1 minute steady
+  (8 minutes, finite: what `manage.py demo --headless` scores).
 - `daily`: the steady load with a 15x peak of 30 minutes once a day, 2 h 15 min into the scenario's
   day. Live traffic continues the backfilled history's timeline, so with `--history 26` the past
   holds yesterday's peak and today's comes 10 minutes after the start: a forecaster can see it coming.
@@ -24,7 +26,8 @@ SURGE_FACTOR = 10.0
 SURGE_START_S, SURGE_END_S, SURGE_PERIOD_S = 120.0, 420.0, 900.0
 PROMPT_MEDIAN, OUTPUT_MEDIAN = 500, 100
 TRACE_FILES = {"azure-conv": "AzureLLMInferenceTrace_conv.csv", "azure-code": "AzureLLMInferenceTrace_code.csv"}
-SCENARIOS = ("idle", "steady", "surge", "daily", *TRACE_FILES)
+SURGE_10X_END_S = 480.0  # `surge-10x` stops after one surge and a calm minute
+SCENARIOS = ("idle", "steady", "surge", "surge-10x", "daily", *TRACE_FILES)
 DAILY_FACTOR, DAILY_START_S, DAILY_END_S, DAY_S = 15.0, 8100.0, 9900.0, 86400.0
 
 
@@ -72,11 +75,13 @@ def scenario_trace(name: str, pools: int, traces_dir: Path | None = None,
         return None
     if name == "steady":
         return poisson(lambda t: base, seed)
-    if name == "surge":
+    if name in ("surge", "surge-10x"):
         def rate(t: float) -> float:
             in_surge = SURGE_START_S <= t % SURGE_PERIOD_S < SURGE_END_S
             return base * (SURGE_FACTOR if in_surge else 1.0)
-        return poisson(rate, seed)
+        if name == "surge":
+            return poisson(rate, seed)
+        return itertools.takewhile(lambda request: request.t_s < SURGE_10X_END_S, poisson(rate, seed))
     if name == "daily":
         def daily_rate(t: float) -> float:
             in_peak = DAILY_START_S <= t % DAY_S < DAILY_END_S

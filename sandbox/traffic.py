@@ -39,6 +39,17 @@ class ClientOptions:
     max_in_flight: int = 256  # concurrent client connections
     model: str = "sandbox"  # the gateway rewrites it to the chosen pool's model
     max_prompt_tokens: int = 16_000  # longer prompts are clipped to keep the emulator's context valid
+    stream: bool = False  # stream the answer, so the client sees its time to first token
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What the client saw of one request: when it was due (trace seconds) and how it ended."""
+
+    t_s: float
+    outcome: str  # "200", another status, "timeout" or "connection_error"
+    e2e_s: float | None  # first attempt to the last byte of the answer, wall seconds; None unless "200"
+    ttft_s: float | None  # first attempt to the first token (streamed answers only)
 
 
 @dataclass
@@ -50,6 +61,7 @@ class TrafficReport:
     timeouts: int = 0  # attempts that timed out
     statuses: Counter[str] = field(default_factory=Counter)  # final outcome per request
     latencies_s: list[float] = field(default_factory=list)  # first attempt to success, wall seconds
+    records: list[RequestRecord] = field(default_factory=list)  # one per finished request
 
     def quantile(self, q: float) -> float | None:
         return float(np.quantile(self.latencies_s, q)) if self.latencies_s else None
@@ -108,6 +120,10 @@ class TrafficGenerator:
         self._dispatcher.start()
         return self
 
+    def sending(self) -> bool:
+        """Whether requests of the trace are still to be sent (a finite trace ends)."""
+        return self._dispatcher is not None and self._dispatcher.is_alive()
+
     def wait(self, timeout: float | None = None) -> TrafficReport:
         """Wait until every request was sent and answered (or gave up)."""
         if self._dispatcher is not None:
@@ -128,6 +144,7 @@ class TrafficGenerator:
             copy = TrafficReport(**{**self._report.__dict__})
             copy.statuses = Counter(self._report.statuses)
             copy.latencies_s = list(self._report.latencies_s)
+            copy.records = list(self._report.records)
             return copy
 
     # --- sending ---------------------------------------------------------------------------
@@ -155,35 +172,49 @@ class TrafficGenerator:
     def _send(self, request: TraceRequest) -> None:
         prompt_tokens = max(1, min(request.prompt_tokens, self.options.max_prompt_tokens))
         body = {"model": self.options.model, "prompt": "hi " * prompt_tokens,
-                "max_tokens": max(1, request.output_tokens), "ignore_eos": True}
+                "max_tokens": max(1, request.output_tokens), "ignore_eos": True, "stream": self.options.stream}
         started = time.monotonic()
-        outcome = "error"
+        outcome, first_token_at = "error", None
         for attempt in range(self.options.retries + 1):
             if attempt:
                 with self._lock:
                     self._report.retries += 1
                 if self._stop.wait(self.options.backoff_s * 2 ** (attempt - 1)):
                     break
-            outcome = self._attempt(body)
+            outcome, first_token_at = self._attempt(body)
             if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
                 break
+        finished = time.monotonic()
+        succeeded = outcome == "200"
+        record = RequestRecord(request.t_s, outcome, finished - started if succeeded else None,
+                               first_token_at - started if succeeded and first_token_at is not None else None)
         with self._lock:
             self._report.statuses[outcome] += 1
-            if outcome == "200":
+            self._report.records.append(record)
+            if succeeded:
                 self._report.succeeded += 1
-                self._report.latencies_s.append(time.monotonic() - started)
+                self._report.latencies_s.append(finished - started)
             else:
                 self._report.failed += 1
 
-    def _attempt(self, body: dict[str, Any]) -> str:
+    def _attempt(self, body: dict[str, Any]) -> tuple[str, float | None]:
+        """One try: its status (or why none came) and, when streamed, when the first token arrived."""
         try:
-            response = self._session().post(self.url, json=body, timeout=self.options.timeout_s)
-            return str(response.status_code)
+            with self._session().post(self.url, json=body, timeout=self.options.timeout_s,
+                                      stream=self.options.stream) as response:
+                if not self.options.stream or response.status_code != 200:
+                    response.content  # noqa: B018 - read the whole answer, as a client does
+                    return str(response.status_code), None
+                first_token_at = None
+                for line in response.iter_lines():
+                    if first_token_at is None and line.startswith(b"data: {"):
+                        first_token_at = time.monotonic()
+                return "200", first_token_at
         except requests.Timeout:
             with self._lock:
                 self._report.timeouts += 1
             self._local.session = None  # the connection is in an unknown state
-            return "timeout"
-        except requests.ConnectionError:
-            self._local.session = None
-            return "connection_error"
+            return "timeout", None
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
+            self._local.session = None  # refused, reset, or an answer cut off mid-stream
+            return "connection_error", None

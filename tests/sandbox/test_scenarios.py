@@ -26,3 +26,15 @@ def test_live_traffic_continues_where_the_history_ends() -> None:
     live = _per_minute(continued(scenario_trace("daily", 1), 26 * 3600.0 + HISTORY_GAP_S), 30 * 60)
     assert live[5] / 60 < BASE_RPS_PER_POOL * 2
     assert live[15] / 60 > BASE_RPS_PER_POOL * DAILY_FACTOR * 0.6
+
+
+def test_surge_10x_is_one_surge_and_then_ends() -> None:
+    from sandbox.scenarios import SURGE_10X_END_S
+
+    requests = list(scenario_trace("surge-10x", 1))  # finite: list() returns
+    assert requests and requests[-1].t_s < SURGE_10X_END_S
+    counts = Counter(int(request.t_s // 60) for request in requests)
+    assert counts[1] / 60 < BASE_RPS_PER_POOL * 2
+    assert counts[4] / 60 > BASE_RPS_PER_POOL * 7  # minutes 2-7 carry the 10x surge
+    assert counts[7] / 60 < BASE_RPS_PER_POOL * 2
+    assert [r.t_s for r in scenario_trace("surge-10x", 1)][:5] == [r.t_s for r in requests[:5]]  # same seed, same trace

@@ -3,10 +3,15 @@
 Starts the sandbox (emulated vLLM pools behind a Kubernetes API emulator, scenario traffic, and
 Debian's Prometheus when installed), registers it as the `sandbox` cluster of the ML Platform team,
 runs the control loop in a background thread every 15 s (tasks run in-process: no Redis), and
-serves the web UI. Ctrl-C stops everything it started.
+serves the web UI. Ctrl-C stops everything it started. Every start removes the previous run's
+sandbox cluster first (its proposals, incidents, alerts and history), so a new demo starts clean.
+
+`--headless` runs a finite scenario with no web server and prints one JSON object (`sandbox/headless.py`).
 """
 from __future__ import annotations
 
+import io
+import json
 import shutil
 import signal
 import threading
@@ -19,12 +24,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from sandbox.prometheus import PrometheusError
-from sandbox.registration import CLUSTER_NAME, RegistrationError, register
+from sandbox import headless
+from sandbox.registration import CLUSTER_NAME, RegistrationError, register, retire_previous
 from sandbox.runtime import Sandbox, SandboxConfig
 from sandbox.scenarios import SCENARIOS
 
 TICK_EVERY_S = 15.0
 DEMO_TEAM = "ml-platform"
+MAX_SPEED = 20.0  # faster than this, two cores cannot emulate the fleet and the loop lags the scenario
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -36,18 +43,36 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000, help="web UI port (default 8000)")
-        parser.add_argument("--pools", type=int, default=2, help="emulated vLLM pools (default 2)")
-        parser.add_argument("--scenario", default="surge", choices=SCENARIOS,
-                            help="traffic (default surge: 10x for 5 of every 15 minutes)")
-        parser.add_argument("--speed", type=float, default=1.0, help="model seconds per wall second (default 1)")
+        parser.add_argument("--pools", type=int, help="emulated vLLM pools (default 2; --headless runs 1)")
+        parser.add_argument("--scenario", choices=SCENARIOS,
+                            help="traffic (default surge: 10x for 5 of every 15 minutes; --headless: surge-10x)")
+        parser.add_argument("--speed", type=float,
+                            help="model seconds per wall second (default 1; --headless: 4)")
         parser.add_argument("--history", type=float, default=0.0,
                             help="hours of the scenario's past to backfill into Prometheus first (daily needs 26)")
+        parser.add_argument("--headless", action="store_true",
+                            help="no web server: run a finite scenario, compare it with keda-queue, report JSON")
+        parser.add_argument("--auto-approve-after-s", type=float,
+                            help="--headless: a simulated on-call approves what waits for a person after this "
+                                 "many scenario seconds (default 60)")
+        parser.add_argument("--json", action="store_true", help="--headless: print the report as one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["history"] < 0:
             raise CommandError("--history must be 0 or more hours")
+        if options["speed"] is not None and not 0 < options["speed"] <= MAX_SPEED:
+            raise CommandError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
+        if not options["headless"]:
+            for flag in ("auto_approve_after_s", "json"):
+                if options[flag] not in (None, False):
+                    raise CommandError(f"--{flag.replace('_', '-')} needs --headless")
         if not settings.KUBERNETES_ENABLED:
             raise CommandError("the demo acts on its sandbox cluster: run it with KUBERNETES_ENABLED=true (make demo does)")
+        if options["headless"]:
+            self._headless(options)
+            return
+        options = {**options, "pools": options["pools"] or 2, "scenario": options["scenario"] or "surge",
+                   "speed": options["speed"] or 1.0}
         with_prometheus = shutil.which("prometheus") is not None and settings.PROMETHEUS_ENABLED
         if not with_prometheus:
             self.stderr.write("Prometheus is not installed (or PROMETHEUS_ENABLED is off): the loop will see "
@@ -64,6 +89,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _interrupt)
         try:
             try:
+                self.stdout.write(retire_previous())
                 self.stdout.write(register(sandbox, team_slug=DEMO_TEAM))
             except RegistrationError as error:
                 raise CommandError(str(error)) from None
@@ -78,6 +104,29 @@ class Command(BaseCommand):
             stop.set()
             sandbox.stop()
             self.stderr.write("demo stopped")
+
+    def _headless(self, options: dict[str, Any]) -> None:
+        scenario = options["scenario"] or "surge-10x"
+        if scenario not in headless.HEADLESS_SCENARIOS:
+            raise CommandError(f"--headless needs a scenario with an end: {', '.join(headless.HEADLESS_SCENARIOS)} "
+                               f"(not {scenario})")
+        if options["pools"] not in (None, 1):
+            raise CommandError("--headless runs one pool: leave out --pools")
+        if options["history"]:
+            raise CommandError("--headless starts without history: leave out --history")
+        wait_s = 60.0 if options["auto_approve_after_s"] is None else options["auto_approve_after_s"]
+        if wait_s < 0:
+            raise CommandError("--auto-approve-after-s must be 0 or more seconds")
+        if not (shutil.which("prometheus") and settings.PROMETHEUS_ENABLED):
+            raise CommandError("--headless needs Prometheus: install it (make system-deps) and set PROMETHEUS_ENABLED=true")
+        call_command("seed_demo", stdout=io.StringIO())  # the on-call approver and the ML Platform team
+        run = headless.HeadlessOptions(scenario=scenario, speed=options["speed"] or 4.0, auto_approve_after_s=wait_s,
+                                       team_slug=DEMO_TEAM)
+        try:
+            report = headless.run(run, lambda line: self.stderr.write(line))
+        except (ValueError, OSError, PrometheusError, RegistrationError, RuntimeError) as error:
+            raise CommandError(f"the headless run failed: {error}") from None
+        self.stdout.write(json.dumps(report) if options["json"] else json.dumps(report, indent=2))
 
     def _run_loop(self, stop: threading.Event) -> None:
         from controlplane.models import Pool
