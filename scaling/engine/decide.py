@@ -109,7 +109,8 @@ def latency_signal_for(percentile: float) -> str:
 def pool_plan(*, capacity_rps_per_replica: float, min_replicas: int, max_replicas: int, slo_latency_s: float,
               slo_percentile: float, unloaded_latency_s: float, cold_start_p95_s: float | None,
               warm_pool_fraction: float = 0.4, target_queue_per_replica: float = 5.0,
-              latency_curve: tuple[tuple[float, float], ...] = ()) -> PoolPlan:
+              latency_curve: tuple[tuple[float, float], ...] = (),
+              capacity_latency_s: float | None = None) -> PoolPlan:
     """The planner's view of a pool, built the same way for a live pool and a replayed one."""
     return PoolPlan(
         capacity_rps_per_replica=capacity_rps_per_replica,
@@ -118,7 +119,8 @@ def pool_plan(*, capacity_rps_per_replica: float, min_replicas: int, max_replica
         slo_latency_s=slo_latency_s,
         slo_signal=latency_signal_for(slo_percentile),
         latency_curve=latency_curve,
-        unloaded_latency_s=min(unloaded_latency_s, slo_latency_s),
+        capacity_latency_s=capacity_latency_s,
+        unloaded_latency_s=min(unloaded_latency_s, max(slo_latency_s, capacity_latency_s or 0.0)),
         # Unmeasured is the default lead, never 0 s (a measured 0 would be a broken sample, not a fast pool).
         cold_start_p95_s=cold_start_p95_s if cold_start_p95_s else DEFAULT_COLD_START_S,
         decision_delay_s=DECISION_DELAY_S,
@@ -248,6 +250,7 @@ class _Pending:
     target: int
     made_at_s: float
     from_replicas: int
+    floor_until_s: float | None = None  # a pre-scale's floor: until its forecast peak (the loop's `floor_until`)
 
 
 @dataclass
@@ -255,11 +258,17 @@ class ApprovalModel:
     """The replay's approvals: what policy approves (`ApprovalPolicy`, `scaling/services.py`:
     reactive scale-ups of at most `reactive_max_step`) at once, everything else `approval_delay_s`
     after a person was first asked (a newer proposal of the same track replaces the older one, the
-    person still answers at that time). An approved pre-scale is held as a floor until its
-    30-minute horizon from when it was made has passed, as the loop's `approved_floor` does."""
+    person still answers at that time). An approved pre-scale is held as a floor until the forecast
+    peak it was made for (at most the pool's pre-scale horizon after it was made), as the loop's
+    `floor_until` and `approved_floor` do; a forecast-bound change of the pre-scale kind without a
+    pre-scale proposal holds no floor once applied (the loop's floor_until is empty there and the
+    floor ends with its execution, which the simulated cluster does at once)."""
 
     approval_delay_s: float = 60.0
     reactive_max_step: int = 4
+    # A proposed policy, not production's today: a scale-up bound by the short-horizon forecast (the
+    # planner's lead-time term, not the >= 3x pre-scale rule) approved within the same guardrail.
+    auto_approve_predictive: bool = False
     pending: dict[bool, _Pending] = field(default_factory=dict)  # by track: pre-scale or not
     floor: tuple[int, float] | None = None  # (replicas, until)
 
@@ -276,6 +285,9 @@ class ApprovalModel:
         change = proposed_change(decision, min_replicas, max_replicas)
         if change is not None:
             kind, wanted = change
+            if (self.auto_approve_predictive and decision.prescale is None and decision.binding == planner.PREDICTIVE
+                    and 0 < wanted - desired <= self.reactive_max_step):
+                kind = REACTIVE_KIND
             track = kind == PRESCALE_KIND
             older = self.pending.get(track)
             if not track and self.auto_approved(kind, desired, wanted):
@@ -283,13 +295,15 @@ class ApprovalModel:
                 target = wanted
             elif older is None or older.target != wanted:
                 due = older.due_s if older is not None else now_s + self.approval_delay_s
-                self.pending[track] = _Pending(due, kind, wanted, now_s, desired)
+                floor_until = (now_s + min(decision.prescale.horizon_s, horizon_s)
+                               if decision.prescale is not None else None)
+                self.pending[track] = _Pending(due, kind, wanted, now_s, desired, floor_until)
         for track, pending in sorted(self.pending.items()):
             if now_s < pending.due_s:
                 continue
             del self.pending[track]
-            if pending.kind == PRESCALE_KIND:
-                self.floor = (pending.target, pending.made_at_s + horizon_s)
+            if pending.kind == PRESCALE_KIND and pending.floor_until_s is not None:
+                self.floor = (pending.target, pending.floor_until_s)
             # The premise check: a change is written only while it still goes the approved way.
             if (pending.target - pending.from_replicas) * (pending.target - target) > 0:
                 target = pending.target
