@@ -121,6 +121,23 @@ def run_case(workload, config: SimConfig, pool: PoolPlan, args: argparse.Namespa
     return row
 
 
+def is_training(label: str) -> bool:
+    """The `code` cases: the baselines' thresholds and the planner's new constants were fitted there."""
+    return label.startswith("code")
+
+
+def _side_summary(rows: list[dict], objective: float) -> dict[str, object] | None:
+    if not rows:
+        return None
+    return {
+        "cases": len(rows),
+        "meeting_objective": sum(r["headroom"]["slo_attainment"] >= objective for r in rows),
+        "mean_shortfall": round(sum(max(0.0, objective - r["headroom"]["slo_attainment"]) for r in rows) / len(rows), 4),
+        "geomean_gpu_hours_over_clairvoyant": round(math.exp(sum(
+            math.log(r["headroom"]["gpu_hours"] / r["clairvoyant"]["gpu_hours"]) for r in rows) / len(rows)), 3),
+    }
+
+
 def summarise(rows: list[dict], objective: float) -> dict[str, object]:
     def shortfall(policy: str) -> float | None:
         if any(r.get(policy) is None for r in rows):
@@ -131,6 +148,8 @@ def summarise(rows: list[dict], objective: float) -> dict[str, object]:
         return round(math.exp(sum(math.log(r[policy]["gpu_hours"] / r["clairvoyant"]["gpu_hours"]) for r in rows) / len(rows)), 3)
 
     summary: dict[str, object] = {
+        **{f"{side}_cases": _side_summary([r for r in rows if is_training(r["case"]) == training], objective)
+           for side, training in (("training", True), ("held_out", False))},
         "cases": len(rows),
         "meeting_objective": sum(r["headroom"]["slo_attainment"] >= objective for r in rows),
         "mean_shortfall": shortfall("headroom"),
