@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from controlplane import config
+from scaling.engine import constants
 from controlplane.choices import (
     Channel,
     PriorityTier,
@@ -160,6 +161,11 @@ class Pool(models.Model):
         help_text='Overrides of {"expiry_minutes": 10, "two_person_min_delta": null, "auto_approve_off_hours": true, '
                   '"auto_approve_reactive": true, "reactive_max_step": 4}',
     )
+    planner_constants = models.JSONField(
+        default=dict, blank=True,
+        help_text='Overrides of the planner\'s constants for this pool, e.g. {"request_rate_margin": 1.25}; '
+                  'names, defaults and bounds in docs/engine.md, "Constants".',
+    )
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -211,6 +217,10 @@ class Pool(models.Model):
             config.parse_approval_policy(self.approval_policy)
         except ValueError as exc:
             errors["approval_policy"] = str(exc)
+        try:
+            constants.parse_overrides(self.planner_constants)
+        except ValueError as exc:
+            errors["planner_constants"] = str(exc)
         if self._deployment_claimed():
             errors["deployment"] = (
                 f"Another pool already manages Deployment {self.namespace}/{self.deployment} in this cluster; "
@@ -231,6 +241,11 @@ class Pool(models.Model):
     @property
     def approval(self) -> config.ApprovalPolicy:
         return config.parse_approval_policy(self.approval_policy)
+
+    @property
+    def planner_overrides(self) -> dict[str, float]:
+        """The validated `planner_constants` (scaling/engine/constants.py)."""
+        return constants.parse_overrides(self.planner_constants)
 
 
 class SLO(models.Model):

@@ -36,7 +36,7 @@ from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.drivers.signals import PoolSelector
-from scaling.engine import decide, planner
+from scaling.engine import constants, decide, planner
 from scaling.engine.planner import Decision, ForecastPoint, PoolPlan
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.models import PlannerMemory, Proposal, SignalSample, TickLease
@@ -152,10 +152,10 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
 
 
 def pool_plan(pool: Pool) -> PoolPlan:
-    """The planner's view of a pool: its bounds, capacity, SLO and cold start."""
+    """The planner's view of a pool: its bounds, capacity, SLO and cold start, and its constants' overrides."""
     slo = next((s for s in pool.slos.all() if s.indicator == SloIndicator.TTFT_P95), None)
     slo_latency_s = slo.threshold / 1000.0 if slo else 1.0
-    return decide.pool_plan(
+    plan = decide.pool_plan(
         capacity_rps_per_replica=pool.replica_capacity_rps,
         min_replicas=pool.min_replicas,
         max_replicas=pool.max_replicas,
@@ -167,6 +167,7 @@ def pool_plan(pool: Pool) -> PoolPlan:
         target_queue_per_replica=pool.target_queue_per_replica,
         # A live pool has no load-tested latency curve yet: latency may only lower the stated capacity.
     )
+    return constants.apply_overrides(plan, pool.planner_overrides)
 
 
 class DatabaseHistory:

@@ -138,7 +138,8 @@ def latency_signal_for(percentile: float) -> str:
 def pool_plan(*, capacity_rps_per_replica: float, min_replicas: int, max_replicas: int, slo_latency_s: float,
               slo_percentile: float, unloaded_latency_s: float, cold_start_p95_s: float | None,
               warm_pool_fraction: float = 0.4, target_queue_per_replica: float = 5.0,
-              latency_curve: tuple[tuple[float, float], ...] = ()) -> PoolPlan:
+              latency_curve: tuple[tuple[float, float], ...] = (),
+              capacity_latency_s: float | None = None) -> PoolPlan:
     """The planner's view of a pool, built the same way for a live pool and a replayed one."""
     return PoolPlan(
         capacity_rps_per_replica=capacity_rps_per_replica,
@@ -147,7 +148,8 @@ def pool_plan(*, capacity_rps_per_replica: float, min_replicas: int, max_replica
         slo_latency_s=slo_latency_s,
         slo_signal=latency_signal_for(slo_percentile),
         latency_curve=latency_curve,
-        unloaded_latency_s=min(unloaded_latency_s, slo_latency_s),
+        capacity_latency_s=capacity_latency_s,
+        unloaded_latency_s=min(unloaded_latency_s, max(slo_latency_s, capacity_latency_s or 0.0)),
         # Unmeasured is the default lead, never 0 s (a measured 0 would be a broken sample, not a fast pool).
         cold_start_p95_s=cold_start_p95_s if cold_start_p95_s else DEFAULT_COLD_START_S,
         decision_delay_s=DECISION_DELAY_S,
@@ -310,6 +312,7 @@ class _Pending:
     target: int
     made_at_s: float
     from_replicas: int
+    floor_until_s: float | None = None  # a pre-scale's floor: until its forecast peak (the loop's `floor_until`)
 
 
 @dataclass
@@ -320,8 +323,9 @@ class ApprovalModel:
     predictive scale-ups of at most `reactive_max_step` (a larger one runs that share at once and
     leaves the rest to the person) and the planner's scale-downs (its targets are stabilized over the
     window and never under the warm floor, the conditions the live policy checks). An approved
-    pre-scale is held as a floor until its 30-minute horizon from when it was made has passed, as the
-    loop's `approved_floor` does."""
+    pre-scale is held as a floor until the forecast peak it was made for (at most the pool's pre-scale
+    horizon after it was made), as the loop's `floor_until` and `approved_floor` do; a forecast-bound
+    change of the pre-scale kind without a pre-scale proposal holds no floor once applied."""
 
     approval_delay_s: float = 60.0
     reactive_max_step: int = 4
@@ -356,14 +360,16 @@ class ApprovalModel:
                     self.pending.pop(track, None)
                 else:
                     due = older.due_s if older is not None else now_s + self.approval_delay_s
-                    self.pending[track] = _Pending(due, kind, wanted, now_s, desired)
+                    floor_until = (now_s + min(decision.prescale.horizon_s, horizon_s)
+                                   if decision.prescale is not None else None)
+                    self.pending[track] = _Pending(due, kind, wanted, now_s, desired, floor_until)
                 target = share  # the guardrail's share runs now; the rest waits for the person
         for track, pending in sorted(self.pending.items()):
             if now_s < pending.due_s:
                 continue
             del self.pending[track]
-            if pending.kind == PRESCALE_KIND:
-                self.floor = (pending.target, pending.made_at_s + horizon_s)
+            if pending.kind == PRESCALE_KIND and pending.floor_until_s is not None:
+                self.floor = (pending.target, pending.floor_until_s)
             # The premise check: a change is written only while it still goes the approved way.
             if (pending.target - pending.from_replicas) * (pending.target - target) > 0:
                 target = pending.target

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from scaling.engine.constants import default
 from scaling.engine.hpa_spec import HpaState
 from scaling.engine.queue_depth import QueueDepthPolicy, decide_on_queue_depth
 from scaling.engine.signals import PoolSignals, Reading
@@ -69,7 +70,7 @@ class ScheduleWindow:
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """A pool's planning profile and guardrails."""
+    """A pool's planning profile and guardrails (the constants' values and their provenance: constants.py)."""
 
     capacity_rps_per_replica: float  # requests/s one ready replica serves within the SLO (pool profile)
     min_replicas: int = 1
@@ -81,45 +82,53 @@ class PoolPlan:
     # points, e.g. from the load test that measured the capacity; empty: linear from unloaded
     # latency to the SLO. The capacity correction is only as right as this shape.
     latency_curve: tuple[tuple[float, float], ...] = ()
+    # The curve's end: the SLO percentile's latency at the stated capacity. None: the SLO. Above it
+    # where prompts alone miss the SLO (prefill-bound TTFT): the load test then states the capacity
+    # at the objective less the misses no load causes, and the latency there is what load explains.
+    capacity_latency_s: float | None = None
     cold_start_p95_s: float = 90.0
     decision_delay_s: float = 30.0  # a tick, approval and the API call before a replica is requested
     warm_pool_fraction: float = 0.4
     # The reactive rate term serves the request rate arriving now times this margin at the
     # corrected capacity; 0 turns the term off.
-    request_rate_margin: float = 1.0
+    request_rate_margin: float = default("request_rate_margin")
     # The queue term orders at most this multiple of the replicas the arriving rate needs (never
     # fewer than the current count); 0 turns the limit off.
-    queue_term_rate_multiple: float = 3.0
+    queue_term_rate_multiple: float = default("queue_term_rate_multiple")
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
     # Per period: max(+pods, +percent). The HPA's default is +100 %; a GPU replica ordered a tick
     # later is ready a tick later, and the queue term is already bounded by the arriving rate, so
     # Headroom allows 10x per tick and keeps the limit for a runaway signal.
-    scale_up_pods: int = 4
-    scale_up_percent: float = 900.0
+    scale_up_pods: int = default("scale_up_pods")
+    scale_up_percent: float = default("scale_up_percent")
     scale_up_period_s: float = 15.0
-    scale_down_window_s: float = 300.0  # a removed GPU replica costs a cold start to get back
-    scale_down_pods: int = 1  # per period: max(-pods, -percent); a quarter a minute at most
-    scale_down_percent: float = 25.0
+    scale_down_window_s: float = default("scale_down_window_s")  # a removed GPU replica costs a cold start to get back
+    scale_down_pods: int = default("scale_down_pods")  # per period: max(-pods, -percent); a quarter a minute at most
+    scale_down_percent: float = default("scale_down_percent")
     scale_down_period_s: float = 60.0
     # Unknown signals.
     hold_after_unknown_s: float = 60.0
     stale_alert_after_s: float = 90.0
     # Pre-scaling protocol.
-    prescale_ratio: float = 3.0
+    prescale_ratio: float = default("prescale_ratio")
     prescale_horizon_s: float = 1800.0
-    prescale_buffer: float = 0.5
+    prescale_buffer: float = default("prescale_buffer")
     # After a proposal, none for this long unless it asks for more than the last one plus its
     # buffer (a proposal made, approved or rejected, is not made again every tick).
-    prescale_cooldown_s: float = 900.0
+    prescale_cooldown_s: float = default("prescale_cooldown_s")
     # The forecast's upper band is believed up to this multiple of the recent peak (on/off traffic
     # makes a log-scale band explode; a ramp still gets room to grow).
-    recent_peak_factor: float = 1.0
+    recent_peak_factor: float = default("recent_peak_factor")
     # Online capacity correction (multiplicative, bounded; only learned under real load).
-    correction_min: float = 0.5
-    correction_max: float = 1.5
-    correction_gain: float = 0.1
-    correction_min_load: float = 0.5  # share of stated capacity in use before latency says anything
+    correction_min: float = default("correction_min")
+    correction_max: float = default("correction_max")
+    correction_gain: float = default("correction_gain")
+    correction_min_load: float = default("correction_min_load")  # share of stated capacity in use before latency says anything
+    # Latency over the profile's says capacity is short only when load explains it: the queue time
+    # at the SLO's percentile is at least this share of the SLO. Long prompts make TTFT prefill-bound
+    # while nothing waits, and more replicas cannot fix that. Unknown queue time: not checked.
+    correction_queue_share: float = default("correction_queue_share")
 
     @property
     def lead_s(self) -> float:
@@ -258,19 +267,40 @@ def _waiting_per_ready(signals: PoolSignals, ready: int | None) -> list[float | 
 
 
 def expected_latency_s(pool: PoolPlan, load: float) -> float:
-    """The profile's latency at `load` (share of the capacity in use): its curve, up to the SLO at 1.
+    """The profile's latency at `load` (share of the capacity in use): its curve, up to the latency at
+    capacity at 1 (the SLO unless `capacity_latency_s` says otherwise).
 
-    Piecewise linear through (0, unloaded), the `latency_curve` points and (1, SLO); without a
-    curve, a straight line.
+    Piecewise linear through (0, unloaded), the `latency_curve` points and (1, latency at capacity);
+    without a curve, a straight line.
     """
+    end = latency_at_capacity_s(pool)
     points = [(0.0, pool.unloaded_latency_s)]
     points += sorted((x, y) for x, y in pool.latency_curve if 0.0 < x < 1.0)
-    points.append((1.0, pool.slo_latency_s))
+    points.append((1.0, end))
     load = min(max(load, 0.0), 1.0)
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
         if load <= x1:
             return y0 + (y1 - y0) * (load - x0) / (x1 - x0) if x1 > x0 else y1
-    return pool.slo_latency_s
+    return end
+
+
+def latency_at_capacity_s(pool: PoolPlan) -> float:
+    return pool.capacity_latency_s if pool.capacity_latency_s is not None else pool.slo_latency_s
+
+
+KV_CACHE_FULL = 0.9  # vLLM's KV-cache use from which new requests wait for blocks: the batch is full
+
+
+def _load_explains_latency(pool: PoolPlan, signals: PoolSignals) -> bool:
+    """Slow first tokens are load's doing: requests waited long enough before their prefill, or the
+    KV cache is full (admissions wait for blocks). Unknown queue time: assumed so, as before."""
+    kv_cache = signals.kv_cache_usage
+    if kv_cache.is_known and float(kv_cache.value) >= KV_CACHE_FULL:  # type: ignore[arg-type]
+        return True
+    queued = signals.readings().get(pool.slo_signal.replace("ttft_", "queue_time_"))
+    if queued is None or not queued.is_known:
+        return True
+    return float(queued.value) >= pool.correction_queue_share * pool.slo_latency_s  # type: ignore[arg-type]
 
 
 def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals, ready: int | None) -> tuple[float, str | None]:
@@ -287,7 +317,7 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
     stated = pool.capacity_rps_per_replica * ready
     load = float(rate.value) / stated  # type: ignore[arg-type]
     latency = float(observed.value)  # type: ignore[arg-type]
-    over_slo = latency > pool.slo_latency_s
+    over_slo = latency > latency_at_capacity_s(pool)
     if latency <= 0 or (load < pool.correction_min_load and not over_slo):
         return state.capacity_correction, None
     believed_load = load / state.capacity_correction
@@ -295,6 +325,8 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
         # Past the capacity it believes in, latency is the queue's: no evidence about capacity.
         return state.capacity_correction, None
     ratio = min(max(expected_latency_s(pool, believed_load) / latency, 0.5), 2.0)
+    if ratio < 1.0 and not _load_explains_latency(pool, signals):
+        return state.capacity_correction, None
     step = ratio**pool.correction_gain
     updated = min(max(state.capacity_correction * step, pool.correction_min), pool.correction_max)
     return updated, CAPACITY_CORRECTED if abs(updated - state.capacity_correction) > 1e-9 else None

@@ -37,6 +37,7 @@ class _Steps:
     load: list[float]  # prefill work arriving (smoothed) / prefill capacity
     service_s: list[float]  # mean prefill time of the step's requests
     itl_s: list[float]
+    variability: list[float]  # (arrival SCV + service SCV) / 2: Kingman's factor for the random wait
 
 
 
@@ -44,20 +45,25 @@ LOAD_SMOOTHING_S = 30.0
 RANDOM_LOAD_CAP = 0.9  # above it the fluid backlog term carries the queueing
 
 
-def random_wait(load: np.ndarray, service_s: np.ndarray, service_scv: float) -> tuple[np.ndarray, np.ndarray]:
+def random_wait(load: np.ndarray, service_s: np.ndarray, variability: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
     """Waits caused by randomness inside a step, which the fluid backlog does not see.
 
-    Each replica keeps its own FIFO queue, so this is the M/G/1 wait of one replica: it waits
-    with probability rho, then for an exponential time with mean E[S] (1 + cs^2) / 2 / (1 - rho)
-    (their product is Pollaczek-Khinchine's mean wait). Returns (probability, conditional mean).
+    Each replica keeps its own FIFO queue, so this is the G/G/1 wait of one replica: it waits
+    with probability rho, then for an exponential time with mean E[S] (ca^2 + cs^2) / 2 / (1 - rho)
+    (`variability` is (ca^2 + cs^2) / 2; their product is Kingman's mean wait, Pollaczek-Khinchine's
+    for Poisson arrivals, ca = 1). Bursty windows (ServeGen's `rate_weighted_mean_cv` > 1) wait
+    longer at the same load. Returns (probability, conditional mean).
     """
     rho = np.clip(load, 0.0, RANDOM_LOAD_CAP)
-    return rho, service_s * (1 + service_scv) / 2 / (1 - rho)
+    return rho, service_s * variability / (1 - rho)
 
 
-def _same_input_until(requests: np.ndarray, prompt_tokens: np.ndarray) -> list[int]:
+def _same_input_until(requests: np.ndarray, prompt_tokens: np.ndarray, arrival_scv: np.ndarray | None = None) -> list[int]:
     """For each step, the first later step whose input differs from it."""
-    changes = np.flatnonzero((np.diff(requests) != 0) | (np.diff(prompt_tokens) != 0)) + 1
+    differs = (np.diff(requests) != 0) | (np.diff(prompt_tokens) != 0)
+    if arrival_scv is not None:
+        differs |= np.diff(arrival_scv) != 0
+    changes = np.flatnonzero(differs) + 1
     changes = np.append(changes, len(requests))
     return changes[np.searchsorted(changes, np.arange(len(requests)), side="right")].tolist()
 
@@ -108,21 +114,32 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     window_steps = max(1, int(round(LATENCY_WINDOW_S / step_s)))
     scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
     prompt_levels = np.quantile(prompt_sample, _LEVELS)  # once: the policy reads latency every tick
+    arrival_scv = bins.arrival_scv.tolist() if bins.arrival_scv is not None else [1.0] * n_steps
+    variability = [(1.0 + scv) / 2] * (horizon + 1)  # steps past the trace carry retries only: Poisson
 
-    def window_ttft(t: int) -> tuple[float, float]:
+    def kingman(pool_scv: float, ready_now: int) -> float:
+        # The router splits the pool's arrivals over the ready replicas; a stream split n ways
+        # keeps 1/n of its excess burstiness per replica (thinning: c^2 = 1 + (c_pool^2 - 1) / n).
+        return (1.0 + (pool_scv - 1.0) / max(ready_now, 1) + scv) / 2
+
+    def window_latency(t: int) -> tuple[float, float, float, float]:
+        """TTFT p95, p99 and queue-time p95, p99 of the last minute's steps (NaN: no request)."""
         lo = max(0, t - window_steps)
         first = np.asarray(served_first_try[lo:t])
         active = first > 0
         if not active.any():
-            return math.nan, math.nan
-        columns = (np.asarray(column[lo:t])[active] for column in (backlog_wait, load, service, itl_at))
-        points = _ttft_points(_waits(*columns, scv), prompt_levels, profile.prefill_tokens_per_s)
-        p95, p99 = weighted_quantiles(points.ravel(), (0.95, 0.99), np.repeat(first[active] / TTFT_POINTS, TTFT_POINTS))
-        return p95, p99
+            return math.nan, math.nan, math.nan, math.nan
+        columns = [np.asarray(column[lo:t])[active] for column in (backlog_wait, load, service, itl_at, variability)]
+        waits = _waits(*columns)
+        points = _ttft_points(waits, prompt_levels, profile.prefill_tokens_per_s)
+        weights = np.repeat(first[active] / TTFT_POINTS, TTFT_POINTS)
+        p95, p99 = weighted_quantiles(points.ravel(), (0.95, 0.99), weights)
+        q95, q99 = weighted_quantiles((waits - columns[3][:, None]).ravel(), (0.95, 0.99), weights)
+        return p95, p99, q95, q99
     decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
     ready = replicas.ready_count
     last_report = time.perf_counter()
-    same_until = _same_input_until(bins.requests, bins.prompt_tokens)
+    same_until = _same_input_until(bins.requests, bins.prompt_tokens, bins.arrival_scv)
     # A steady run: steps that started every arrival at once with the same batch latency. When the
     # next steps bring the same input, they repeat the last one exactly and are filled in at once.
     run_started = run_itl = run_top = -1.0
@@ -148,10 +165,11 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
                 ready = replicas.ready_count
             if now >= next_tick:
                 busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
-                ttft_p95, ttft_p99 = window_ttft(t) if observes_latency else (math.nan, math.nan)
+                ttft_p95, ttft_p99, queue_p95, queue_p99 = window_latency(t) if observes_latency else (math.nan,) * 4
                 observation = Observation(
                     now, replicas.ready_count, replicas.starting_count, replicas.desired_count, max(0.0, waiting),
                     max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s, ttft_p95, ttft_p99,
+                    queue_p95, queue_p99,
                 )
                 samples.append(observation)
                 tail_s = decode_steps_by_batch[min(slots, int(decoding / ready) + 1) if ready else 1] * step_s
@@ -199,6 +217,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
                 served_first_try[t:end] = [arriving] * skip
                 service[t:end] = [work / arriving] * skip
                 itl_at[t:end] = [itl] * skip
+                variability[t:end] = [kingman(arrival_scv[t], ready)] * skip
                 for s in range(t, end):
                     smoothed_work += (work - smoothed_work) * smoothing
                     load[s] = smoothed_work / capacity
@@ -245,6 +264,8 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         load[t] = smoothed_work / capacity if ready else 0.0
         service[t] = work / arriving if arriving else 0.0
         itl_at[t] = itl
+        if t < n_steps:
+            variability[t] = kingman(arrival_scv[t], ready)
 
         backlog_s += work
         served_work = backlog_s if backlog_s < capacity else capacity
@@ -275,7 +296,8 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
 
     # The warm-up is seen by the policy, not scored: its steps, requests and failures are left out.
     warm = min(warm_steps, t)
-    steps = _Steps(served_first_try[warm:t], backlog_wait[warm:t], load[warm:t], service[warm:t], itl_at[warm:t])
+    steps = _Steps(served_first_try[warm:t], backlog_wait[warm:t], load[warm:t], service[warm:t], itl_at[warm:t],
+                   variability[warm:t])
     end_s = max(t, n_steps) * step_s
     before = at_warm_end or (timed_out, rejected, retries)
     offered = workload.expected_requests - float(np.sum(bins.requests[:warm_steps]))
@@ -296,6 +318,7 @@ class _MergedSteps:
     load: np.ndarray
     service_s: np.ndarray
     itl_s: np.ndarray
+    variability: np.ndarray
 
 
 def _merge_repeats(steps: _Steps) -> _MergedSteps:
@@ -309,6 +332,7 @@ def _merge_repeats(steps: _Steps) -> _MergedSteps:
         np.round(np.array(steps.load)[active] / LOAD_RESOLUTION) * LOAD_RESOLUTION,
         np.array(steps.service_s)[active],
         np.array(steps.itl_s)[active],
+        np.array(steps.variability)[active],
     ]
     first_try = first_try[active]
     if len(first_try) == 0:
@@ -325,8 +349,9 @@ def _misses_by_minute(steps: _Steps, first_step: int, step_s: float, config: Sim
     active = np.flatnonzero(first_try > 0)
     if not active.size:
         return {}
-    columns = (np.asarray(column)[active] for column in (steps.backlog_wait_s, steps.load, steps.service_s, steps.itl_s))
-    wait = _waits(*columns, float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2))
+    columns = (np.asarray(column)[active] for column in (steps.backlog_wait_s, steps.load, steps.service_s, steps.itl_s,
+                                                         steps.variability))
+    wait = _waits(*columns)
     sorted_prompt = np.sort(prompt_sample)
     within = np.searchsorted(sorted_prompt, (config.slo_ttft_s - wait) * config.profile.prefill_tokens_per_s,
                              side="right") / len(sorted_prompt)
@@ -346,10 +371,11 @@ def _schedule_retries(
     return count
 
 
-def _waits(backlog_wait: np.ndarray, load: np.ndarray, service_s: np.ndarray, itl: np.ndarray, scv: float) -> np.ndarray:
+def _waits(backlog_wait: np.ndarray, load: np.ndarray, service_s: np.ndarray, itl: np.ndarray,
+           variability: np.ndarray) -> np.ndarray:
     """Each step's requests: TTFT_POINTS quantiles of the wait before their first token (backlog,
     random wait, one token), one row per step."""
-    probability, mean = random_wait(load, service_s, scv)
+    probability, mean = random_wait(load, service_s, variability)
     tail = np.clip((_LEVELS[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0, None)
     random_part = np.where(tail > 0, -mean[:, None] * np.log(np.clip(1 - tail, 1e-12, 1)), 0.0)
     return backlog_wait[:, None] + random_part + itl[:, None]
@@ -379,8 +405,7 @@ def _score(
     profile = config.profile
     steps_in = _merge_repeats(steps)
     first_try, backlog_wait, itl = steps_in.served_first_try, steps_in.backlog_wait_s, steps_in.itl_s
-    scv = float(np.var(prompt_sample) / np.mean(prompt_sample) ** 2)
-    wait = _waits(backlog_wait, steps_in.load, steps_in.service_s, itl, scv)
+    wait = _waits(backlog_wait, steps_in.load, steps_in.service_s, itl, steps_in.variability)
 
     rate = profile.prefill_tokens_per_s
     sorted_prompt = np.sort(prompt_sample)

@@ -102,8 +102,8 @@ def run_request_mode(
     queue_limit = config.queue_limit
     # TTFT percentiles cost a heap push per request: only for a policy that reads them.
     observes_latency = bool(getattr(policy, "observes_latency", False))
-    first_tokens: list[tuple[float, float]] = []  # heap: (first token at, TTFT) not yet observed
-    recent_ttft: deque[tuple[float, float]] = deque()  # first tokens inside the latency window
+    first_tokens: list[tuple[float, float, float]] = []  # heap: (first token at, TTFT, queue time) not yet observed
+    recent_ttft: deque[tuple[float, float, float]] = deque()  # first tokens inside the latency window
 
     def fail(k: int, at: float, attempt: int, code: int) -> None:
         if attempt < client.max_retries:
@@ -145,7 +145,7 @@ def run_request_mode(
             prefill_free_at[r] = prefill_done
             ttft[k] = first_token - origin[k]
             if observes_latency:
-                heappush(first_tokens, (first_token, ttft[k]))
+                heappush(first_tokens, (first_token, ttft[k], start - sent))
             e2e[k] = end - origin[k]
             outcome[k] = SERVED
         else:
@@ -180,7 +180,7 @@ def run_request_mode(
         if ready:
             prefill_share = tick_prefill_s / (ready * tick_s)
             utilisation = min(1.0, max(prefill_share, running / (ready * slots)))
-        ttft_p95, ttft_p99 = ttft_percentiles(now) if observes_latency else (math.nan, math.nan)
+        ttft_p95, ttft_p99, queue_p95, queue_p99 = latency_percentiles(now) if observes_latency else (math.nan,) * 4
         observation = Observation(
             now=now,
             ready_replicas=ready,
@@ -192,19 +192,23 @@ def run_request_mode(
             arrival_rate_rps=tick_sent / tick_s,
             ttft_p95_s=ttft_p95,
             ttft_p99_s=ttft_p99,
+            queue_time_p95_s=queue_p95,
+            queue_time_p99_s=queue_p99,
         )
         tick_sent, tick_prefill_s = 0, 0.0
         return observation
 
-    def ttft_percentiles(now: float) -> tuple[float, float]:
+    def latency_percentiles(now: float) -> tuple[float, float, float, float]:
+        """TTFT p95, p99 and queue-time p95, p99 of the last window's first tokens (NaN: none)."""
         while first_tokens and first_tokens[0][0] <= now:
             recent_ttft.append(heappop(first_tokens))
         while recent_ttft and recent_ttft[0][0] <= now - LATENCY_WINDOW_S:
             recent_ttft.popleft()
         if not recent_ttft:
-            return math.nan, math.nan
-        p95, p99 = np.percentile([latency for _, latency in recent_ttft], (95, 99))
-        return float(p95), float(p99)
+            return math.nan, math.nan, math.nan, math.nan
+        p95, p99 = np.percentile([latency for _, latency, _ in recent_ttft], (95, 99))
+        q95, q99 = np.percentile([queued for _, _, queued in recent_ttft], (95, 99))
+        return float(p95), float(p99), float(q95), float(q99)
 
     def control(now: float, next_tick: float) -> float:
         """Ready transitions and policy ticks due at `now`; returns the next tick time."""

@@ -1,4 +1,4 @@
-"""Workload transforms: rate scale, time scale, time shift and a synthetic surge.
+"""Workload transforms: rate scale, time scale, time shift, a synthetic surge and long prompts.
 
 Request logs are scaled by thinning (factor < 1) or by adding copies of requests (factor > 1);
 a copy lands at a uniform random time between its original and the next request, so the rate
@@ -62,6 +62,21 @@ def time_shift(workload: Workload, shift_s: float) -> Workload:
         cv = workload.cv[-windows:] if workload.cv is not None else None
     starts = np.arange(len(rates)) * workload.window_len_s
     return dataclasses.replace(workload, window_start_s=starts, rate_rps=rates, cv=cv, clients=clients)
+
+
+def long_prompts(workload: Trace, median_tokens: float, sigma: float, seed: int = 0) -> Trace:
+    """The same arrivals and outputs with prompt lengths redrawn from a lognormal (median, sigma).
+
+    A pool whose TTFT is prefill-bound: with median 4,000 and sigma 0.6 the p99 prompt's prefill
+    alone takes over a second on the default profile, so no number of replicas meets a 1-s p99.
+    """
+    if not isinstance(workload, Trace):
+        raise ValueError("long prompts need a request log (a Trace), not a rate file")
+    if median_tokens <= 0 or sigma < 0:
+        raise ValueError(f"prompt lengths need a positive median and a non-negative sigma, got {median_tokens}, {sigma}")
+    rng = np.random.default_rng(seed)
+    prompt = np.maximum(1, rng.lognormal(np.log(median_tokens), sigma, len(workload)).round()).astype(np.int64)
+    return dataclasses.replace(workload, prompt_tokens=prompt)
 
 
 def surge_multiplier(factor: float, minutes: float, start_s: float) -> Multiplier:

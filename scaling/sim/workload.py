@@ -26,6 +26,8 @@ class Bins:
     requests: np.ndarray  # float64, requests arriving in each step (may be fractional)
     prompt_tokens: np.ndarray  # float64, sum of prompt tokens arriving in each step
     output_tokens: np.ndarray  # float64, sum of output tokens arriving in each step
+    # Squared CV of the inter-arrival times in each step (burstiness); None: Poisson (1) everywhere.
+    arrival_scv: np.ndarray | None = None
 
 
 class Workload(Protocol):
@@ -131,7 +133,11 @@ class RateTrace:
         window = np.minimum((step_start // self.window_len_s).astype(np.int64), len(self.rate_rps) - 1)
         requests = self.rate_rps[window] * step_s
         prompt, output = self.token_sample()
-        return Bins(step_s, requests, requests * prompt.mean(), requests * output.mean())
+        arrival_scv = None
+        if self.cv is not None and not self.clients:
+            # The window's inter-arrival CV, as request mode draws it (`_aggregate_as_client`).
+            arrival_scv = np.where(self.cv > 0, self.cv, 1.0)[window] ** 2
+        return Bins(step_s, requests, requests * prompt.mean(), requests * output.mean(), arrival_scv)
 
     def token_sample(self) -> tuple[np.ndarray, np.ndarray]:
         return default_token_lengths(TOKEN_SAMPLE_SIZE, np.random.default_rng(0))

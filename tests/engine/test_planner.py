@@ -474,6 +474,49 @@ def test_the_capacity_correction_converges_to_the_true_capacity(truth, shape, cu
     assert abs(settled / truth - 1) < 0.05, (truth, settled)
 
 
+# ---------------------------------------------------------------------------- replicas only where they help
+
+
+def _prefill_bound(queue_time: float) -> PoolSignals:
+    """10 replicas at 60 % of their stated capacity; the p95 TTFT is 1.4 s, over the 1-s SLO."""
+    return dataclasses.replace(signals(ready=10, rate=0.6 * 10.0 * 10), ttft_p95_s=fresh(1.4),
+                               queue_time_p95_s=fresh(queue_time))
+
+
+def test_latency_that_load_does_not_explain_teaches_the_correction_nothing():
+    # Long prompts: slow first tokens while nothing waits (queue time 20 ms). More replicas cannot
+    # fix a prefill, so the believed capacity stays and the target does not grow.
+    state = good_state()
+    for tick in range(40):
+        decision = plan(inputs(_prefill_bound(0.02), lead=None, now=NOW + 15 * tick), POOL, state)
+        state = decision.state
+    assert state.capacity_correction == pytest.approx(1.0)
+    assert decision.target_replicas <= 10
+    # The same latency with requests waiting half a second before their prefill is a capacity shortfall.
+    state = good_state()
+    for tick in range(40):
+        state = plan(inputs(_prefill_bound(0.5), lead=None, now=NOW + 15 * tick), POOL, state).state
+    assert state.capacity_correction < 0.8
+    # So is a full KV cache (admissions wait for blocks), even before the queue time shows it.
+    state = good_state()
+    for tick in range(40):
+        sig = dataclasses.replace(_prefill_bound(0.02), kv_cache_usage=fresh(0.97))
+        state = plan(inputs(sig, lead=None, now=NOW + 15 * tick), POOL, state).state
+    assert state.capacity_correction < 0.8
+
+
+def test_the_profiles_latency_at_capacity_can_be_above_the_slo():
+    # A pool whose load test measured 1.5 s at its stated capacity (prompts alone miss 1 s): at 60 %
+    # load 1.2 s is what the profile expects, so the correction holds.
+    pool = dataclasses.replace(POOL, capacity_latency_s=1.5, unloaded_latency_s=0.9)
+    assert p.expected_latency_s(pool, 1.0) == 1.5 and p.expected_latency_s(pool, 0.5) == pytest.approx(1.2)
+    state = good_state()
+    for tick in range(40):
+        sig = dataclasses.replace(signals(ready=10, rate=0.5 * 10.0 * 10), ttft_p95_s=fresh(1.2))
+        state = plan(inputs(sig, lead=None, now=NOW + 15 * tick), pool, state).state
+    assert state.capacity_correction == pytest.approx(1.0, abs=0.02)
+
+
 # ---------------------------------------------------------------------------- state
 
 

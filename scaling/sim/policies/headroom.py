@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from scaling.sim.result import SimResult
 
 CAPACITY_BISECTION_STEPS = 7
+IDLE_SHARE = 0.05  # of the raw prefill capacity: the load test's nearly idle pool
 LATENCY_CURVE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of the load-tested capacity: where the curve is measured
 REQUESTS_KEPT_S = 3600.0  # replicas asked for longer ago than this are no longer arriving (as the loop's)
 
@@ -61,6 +62,8 @@ def signals_of(observation: Observation) -> PoolSignals:
         desired_replicas=fresh(observation.desired_replicas),
         ttft_p95_s=fresh(observation.ttft_p95_s),
         ttft_p99_s=fresh(observation.ttft_p99_s),
+        queue_time_p95_s=fresh(observation.queue_time_p95_s),
+        queue_time_p99_s=fresh(observation.queue_time_p99_s),
     )
 
 
@@ -147,7 +150,10 @@ def _load_test(config: SimConfig, workload: Workload, replicas: int, duration_s:
 
     prompt, output = workload.token_sample()
     rng = np.random.default_rng(config.seed)
-    load_config = replace(config, client=ClientConfig(), queue_limit=None, min_replicas=replicas, max_replicas=replicas)
+    # A load test scores every request it sends: the replay's warm-up is not part of it (with it, a
+    # 10-minute test scored nothing and every rate "met" the objective).
+    load_config = replace(config, client=ClientConfig(), queue_limit=None, min_replicas=replicas, max_replicas=replicas,
+                          warmup_s=0.0)
 
     def run(rate: float) -> SimResult:
         count = int(rate * duration_s)
@@ -159,19 +165,30 @@ def _load_test(config: SimConfig, workload: Workload, replicas: int, duration_s:
     return run
 
 
+def load_test_target(objective: float, idle_attainment: float) -> float:
+    """The attainment the load test holds the pool to: the objective, less the misses no load causes.
+
+    Where a nearly idle pool already misses (prompts whose prefill alone is over the SLO), load may
+    add the objective's allowance on top of those; otherwise no rate would pass and the capacity
+    would fall to its floor, asking for every replica the pool may have.
+    """
+    return objective if idle_attainment >= objective else objective - (1.0 - idle_attainment)
+
+
 def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4, duration_s: float = 600.0) -> float:
     """Per-replica request rate at which a small pool still meets the TTFT SLO: a load test.
 
     Poisson arrivals with the workload's token mix on `replicas` warm replicas (`_load_test`);
-    bisection on the rate for the configured SLO objective. This is how a pool profile is
-    measured before it takes traffic.
+    bisection on the rate for the configured SLO objective (`load_test_target`: less the misses a
+    nearly idle pool already has). This is how a pool profile is measured before it takes traffic.
     """
     prompt, _ = workload.token_sample()
     raw = config.profile.prefill_tokens_per_s / max(float(np.mean(prompt)), 1.0) * replicas
     run = _load_test(config, workload, replicas, duration_s)
+    target = load_test_target(config.slo_objective, run(raw * IDLE_SHARE).slo_attainment)
 
     def meets(rate: float) -> bool:
-        return run(rate).slo_attainment >= config.slo_objective
+        return run(rate).slo_attainment >= target
 
     low, high = 0.0, raw
     for _ in range(CAPACITY_BISECTION_STEPS):
@@ -181,24 +198,38 @@ def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int =
 
 
 def measured_latency_curve(config: SimConfig, workload: Workload, capacity_rps: float, replicas: int = 4,
-                           duration_s: float = 600.0) -> tuple[tuple[float, float], ...]:
-    """The profile's latency below capacity: the objective's TTFT percentile at a few shares of it.
+                           duration_s: float = 600.0) -> tuple[tuple[tuple[float, float], ...], float | None]:
+    """The profile's latency below capacity: the objective's TTFT percentile at a few shares of it,
+    and the latency at capacity where it is not the SLO (None where it is).
 
     The same load test as the capacity's; the capacity correction compares observed latency with
     this curve. A straight line from the unloaded mean misreads it: on the Azure token mixes the
     p99 at a quarter of the capacity is already 0.35-0.50 s against an unloaded mean of 0.08-0.14 s,
     and a pool whose latency stays flat until its batch fills and then rises steeply would read
-    as spare capacity.
+    as spare capacity. Where a nearly idle pool already misses the objective (long prompts), the
+    curve ends at the latency measured at capacity, above the SLO: the part no load causes is in
+    the profile, so the correction learns only from the latency load adds.
     """
     run = _load_test(config, workload, replicas, duration_s)
     percentile = "p99" if slo_signal_for(config.slo_objective) == "ttft_p99_s" else "p95"
+
+    def latency(rate: float) -> float:
+        return getattr(run(rate).ttft_ms, percentile) / 1000.0
+
+    prompt, _ = workload.token_sample()
+    raw = config.profile.prefill_tokens_per_s / max(float(np.mean(prompt)), 1.0) * replicas
+    end: float | None = None
+    if run(raw * IDLE_SHARE).slo_attainment < config.slo_objective:
+        at_capacity = latency(capacity_rps * replicas)
+        end = max(config.slo_ttft_s, at_capacity) if math.isfinite(at_capacity) else None
+    ceiling = end if end is not None else config.slo_ttft_s
     points, highest = [], 0.0
     for share in LATENCY_CURVE_SHARES:
-        latency = getattr(run(share * capacity_rps * replicas).ttft_ms, percentile) / 1000.0
-        if math.isfinite(latency):
-            highest = min(max(highest, latency), config.slo_ttft_s)  # non-decreasing, at most the SLO
+        value = latency(share * capacity_rps * replicas)
+        if math.isfinite(value):
+            highest = min(max(highest, value), ceiling)  # non-decreasing, at most the latency at capacity
             points.append((share, highest))
-    return tuple(points)
+    return tuple(points), end
 
 
 def slo_signal_for(objective: float) -> str:
@@ -216,9 +247,10 @@ def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | N
     prompt, _ = workload.token_sample()
     unloaded = float(np.mean(prompt)) / profile.prefill_tokens_per_s + inter_token_seconds(profile, 1)
     curve: tuple[tuple[float, float], ...] = ()
+    at_capacity: float | None = None
     if capacity_rps is None:
         capacity_rps = measured_capacity_rps(config, workload)
-        curve = measured_latency_curve(config, workload, capacity_rps)
+        curve, at_capacity = measured_latency_curve(config, workload, capacity_rps)
     return decide.pool_plan(
         capacity_rps_per_replica=capacity_rps,
         min_replicas=config.min_replicas,
@@ -228,6 +260,7 @@ def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | N
         unloaded_latency_s=unloaded,
         cold_start_p95_s=config.cold_start.p95_s,
         latency_curve=curve,
+        capacity_latency_s=at_capacity,
     )
 
 

@@ -1,0 +1,96 @@
+"""The planner's constants in one place: each value, where it came from, and the bounds a pool may override it within.
+
+`PoolPlan` (planner.py) takes its defaults from here. A pool may override any of `OVERRIDABLE` through
+its `planner_constants` JSON field (API, form; validated by `parse_overrides`, applied by
+`apply_overrides`). "Fitted on" says which data chose the value, so a figure judged on the same data
+is not mistaken for a held-out one: the suite's `code` cases and ServeGen's first week are the
+training side, its `conv` cases and ServeGen's second week the held-out side (docs/engine.md,
+"Constants"). Values that are a protocol or a product default rather than a fit say so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    fitted_on: str  # the data (or the rule) that chose the value
+    low: float  # the bounds a pool override must stay within (inclusive)
+    high: float
+    whole: bool = False  # a count of replicas: a whole number
+
+
+SUITE_ALL = "bench/headroom_suite.py seed offset 0, all ten Azure cases (code and conv: not held out)"
+
+CONSTANTS: dict[str, Constant] = {
+    # The reactive terms.
+    "request_rate_margin": Constant(1.0, SUITE_ALL + "; 1.25/1.5/2 bought attainment at a steeper price", 0.0, 4.0),
+    "queue_term_rate_multiple": Constant(3.0, SUITE_ALL + "; 2 starved conv surges", 0.0, 20.0),
+    # The guardrails.
+    "scale_up_pods": Constant(4, "the Kubernetes HPA default (+4 pods a period)", 1, 1000, whole=True),
+    "scale_up_percent": Constant(900.0, "suite seed offsets 0, 10, 20 (all cases); the HPA default is 100", 0.0, 10000.0),
+    "scale_down_window_s": Constant(300.0, "the Kubernetes HPA default stabilization window", 0.0, 3600.0),
+    "scale_down_pods": Constant(1, "a product default: a quarter a minute at most", 1, 1000, whole=True),
+    "scale_down_percent": Constant(25.0, "a product default: a quarter a minute at most", 0.0, 100.0),
+    # The forecast.
+    "recent_peak_factor": Constant(1.0, SUITE_ALL + "; 2 cost 27 % more GPU-hours for more misses", 0.5, 10.0),
+    # The capacity correction.
+    "correction_min": Constant(0.5, "tests/engine/test_planner.py convergence (synthetic, 0.8-1.2x truth); the suite", 0.1, 1.0),
+    "correction_max": Constant(1.5, "the same; 1.0 on a live pool without a load-tested curve (decide.py)", 1.0, 3.0),
+    "correction_gain": Constant(0.1, "the convergence test: settles within 5 % in two hours of 15-s ticks", 0.01, 1.0),
+    "correction_min_load": Constant(0.5, "the convergence test: below half the capacity latency says little", 0.0, 1.0),
+    "correction_queue_share": Constant(0.1, "set, not fitted: a tenth of the SLO spent waiting is load's doing "
+                                            "(issue 12 item 6; the long-prompt case is held out)", 0.0, 1.0),
+    # The pre-scale protocol (design.md section 6: a protocol, not a fit).
+    "prescale_ratio": Constant(3.0, "design.md section 6: >= 3x the current load within 30 minutes", 1.0, 100.0),
+    "prescale_buffer": Constant(0.5, "design.md section 6: the warm pool + 50 %", 0.0, 5.0),
+    "prescale_cooldown_s": Constant(900.0, "a product default: a proposal is not repeated every tick", 0.0, 86400.0),
+}
+
+# Every constant above may be overridden per pool (the timers of unknown signals are not here: their
+# 60 s / 90 s are the staleness contract, design.md section 6).
+OVERRIDABLE = tuple(CONSTANTS)
+
+T = TypeVar("T")
+
+
+def default(name: str) -> Any:
+    """The value `PoolPlan` starts from (an int for whole counts)."""
+    constant = CONSTANTS[name]
+    return int(constant.value) if constant.whole else float(constant.value)
+
+
+def parse_overrides(raw: Any) -> dict[str, float]:
+    """A pool's `planner_constants`, validated: {name: number} within each constant's bounds.
+
+    Raises ValueError with a message fit to show next to the field.
+    """
+    if raw in (None, ""):
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError('must be an object, e.g. {"request_rate_margin": 1.25}')
+    unknown = sorted(set(raw) - set(OVERRIDABLE))
+    if unknown:
+        raise ValueError(f"unknown constant {unknown[0]!r}; known: {', '.join(OVERRIDABLE)}")
+    values: dict[str, float] = {}
+    for name, value in raw.items():
+        constant = CONSTANTS[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a number")
+        if constant.whole and value != int(value):
+            raise ValueError(f"{name} must be a whole number")
+        if not constant.low <= value <= constant.high:
+            raise ValueError(f"{name} must be between {constant.low:g} and {constant.high:g}, got {value:g}")
+        values[name] = int(value) if constant.whole else float(value)
+    if values.get("correction_min", default("correction_min")) > values.get("correction_max", default("correction_max")):
+        raise ValueError("correction_min must not exceed correction_max")
+    return values
+
+
+def apply_overrides(plan: T, overrides: dict[str, float]) -> T:
+    """`plan` (a PoolPlan) with the pool's validated overrides."""
+    names = {f.name for f in fields(plan)}  # type: ignore[arg-type]
+    return replace(plan, **{name: value for name, value in overrides.items() if name in names})  # type: ignore[type-var]

@@ -1,0 +1,66 @@
+"""A pool's overrides of the planner's constants (issue 12 item 10): API, form, and the loop's plan."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from controlplane.models import Pool
+from scaling.engine.constants import default
+
+from .conftest import token_client
+
+
+def test_the_api_stores_overrides_and_the_loop_plans_with_them(bob: User, pool: Pool) -> None:
+    from scaling import loop
+
+    response = token_client(bob).patch(f"/api/v1/pools/{pool.pk}/",
+                                       {"planner_constants": {"request_rate_margin": 1.25, "scale_up_pods": 8}},
+                                       format="json")
+    assert response.status_code == 200, response.data
+    assert response.data["planner_constants"] == {"request_rate_margin": 1.25, "scale_up_pods": 8}
+    pool.refresh_from_db()
+    plan = loop.pool_plan(pool)
+    assert plan.request_rate_margin == 1.25 and plan.scale_up_pods == 8
+    assert plan.queue_term_rate_multiple == default("queue_term_rate_multiple")  # the rest keep their defaults
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"request_rate_margn": 1.25}, "unknown constant 'request_rate_margn'"),
+        ({"request_rate_margin": 40}, "request_rate_margin must be between 0 and 4, got 40"),
+        ({"scale_up_pods": 2.5}, "scale_up_pods must be a whole number"),
+        ({"correction_gain": "fast"}, "correction_gain must be a number"),
+        ({"correction_min": 0.9, "correction_max": 1.0 - 0.2}, "must be between 1 and 3"),
+        ({"correction_min": 0.9, "correction_max": 1.0}, None),
+        ([1.25], "must be an object"),
+    ],
+)
+def test_the_api_answers_400_naming_the_field_and_changes_nothing(bob: User, pool: Pool, value, message) -> None:  # noqa: ANN001
+    response = token_client(bob).patch(f"/api/v1/pools/{pool.pk}/", {"planner_constants": value}, format="json")
+    pool.refresh_from_db()
+    if message is None:
+        assert response.status_code == 200 and pool.planner_constants == value
+        return
+    assert response.status_code == 400, response.data
+    assert message in str(response.data["planner_constants"])
+    assert pool.planner_constants == {}
+
+
+def test_the_form_shows_a_bad_override_inline_and_saves_nothing(bob: User, pool: Pool) -> None:
+    client = Client()
+    client.force_login(bob)
+    data = {
+        "cluster": pool.cluster_id, "name": "new-pool", "team": pool.team_id, "namespace": "inference",
+        "deployment": "vllm-new", "model_name": "m", "gpu_type": "H100", "gpus_per_replica": 1,
+        "min_replicas": 1, "max_replicas": 4, "warm_pool_fraction": 0.4, "target_queue_per_replica": 5,
+        "replica_capacity_rps": 2.5, "scaling_target": "deployment", "priority": "standard",
+        "planner_constants": '{"prescale_ratio": 0.5}',
+    }
+    response = client.post("/pool/new/", data, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and "prescale_ratio must be between 1 and 100" in response.content.decode()
+    assert not Pool.objects.filter(name="new-pool").exists()
+    data["planner_constants"] = '{"prescale_ratio": 4}'
+    assert client.post("/pool/new/", data, HTTP_HX_REQUEST="true").status_code == 204
+    assert Pool.objects.get(name="new-pool").planner_constants == {"prescale_ratio": 4}
