@@ -92,3 +92,28 @@ SHIFT_TRANSITIONS: dict[str, frozenset[str]] = {
 
 def can_shift(source: str, target: str) -> bool:
     return target in SHIFT_TRANSITIONS.get(source, frozenset())
+
+
+class FallbackPhase(models.TextChoices):
+    """A fallback activation's life (design.md §5): a person may have to approve the entry first."""
+
+    WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+    ACTIVE = "active", "Active"
+    RESTORING = "restoring", "Restoring"
+    RESTORED = "restored", "Restored"
+    REJECTED = "rejected", "Rejected"  # a waiting entry a person turned down, or the overload passed first
+
+
+FALLBACK_OPEN_PHASES = frozenset({FallbackPhase.WAITING_APPROVAL, FallbackPhase.ACTIVE, FallbackPhase.RESTORING})
+
+
+class BreakerScope(models.TextChoices):
+    ENDPOINT = "endpoint", "Endpoint"
+    POOL = "pool", "Pool"
+    SYSTEM = "system", "System"
+
+
+class BreakerState(models.TextChoices):
+    CLOSED = "closed", "Closed"
+    OPEN = "open", "Open"
+    HALF_OPEN = "half_open", "Half-open"

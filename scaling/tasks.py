@@ -37,3 +37,11 @@ def advance_shifts() -> None:
     from scaling import traffic
 
     traffic.advance()
+
+
+@shared_task(ignore_result=True)
+def advance_fallbacks() -> None:
+    """One fallback decision per pool with a policy, and the route writes it calls for."""
+    from scaling import fallbacks
+
+    fallbacks.advance()
