@@ -6,7 +6,15 @@ from controlplane.api.serializers import ScopedModelSerializer
 from scaling import services
 from scaling.choices import ProposalKind
 from scaling.engine import shifting
-from scaling.models import Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent
+from controlplane.models import Pool
+from scaling.models import (
+    FallbackActivation,
+    FallbackEvent,
+    Proposal,
+    ProposalEvent,
+    TrafficShift,
+    TrafficShiftEvent,
+)
 
 
 class ProposalEventSerializer(serializers.ModelSerializer):
@@ -113,3 +121,44 @@ class TrafficShiftCreateSerializer(ScopedModelSerializer):
 
 class ShiftActionSerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class FallbackEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = FallbackEvent
+        fields = ["at", "kind", "from_phase", "to_phase", "share", "actor_name", "channel", "comment", "data"]
+
+
+class FallbackActivationSerializer(serializers.ModelSerializer):
+    pool_name = serializers.CharField(source="pool.__str__", read_only=True)
+    fallback_pool_name = serializers.CharField(source="fallback_pool.__str__", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    events = FallbackEventSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = FallbackActivation
+        fields = [
+            "id", "pool", "pool_name", "fallback_pool", "fallback_pool_name", "router_kind", "route_namespace",
+            "route_name", "primary_backend", "fallback_backend", "phase", "trigger", "forced", "share",
+            "target_percent", "route_percent", "pair_total", "start_weights", "reasons", "last_error", "created_by",
+            "created_channel", "started_at", "finished_at", "events",
+        ]
+        read_only_fields = fields
+
+
+class FallbackActionSerializer(serializers.Serializer):
+    """A person's action on a pool's fallback; `share` only for `activate`."""
+
+    pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.select_related("team", "cluster"))
+    share = serializers.FloatField(required=False, min_value=0.01, max_value=1.0,
+                                   help_text="Of the pool's fallback-eligible traffic (activate only; default 1.0).")
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+    def get_fields(self):  # noqa: ANN201
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            from controlplane import permissions
+
+            fields["pool"].queryset = permissions.scoped(fields["pool"].queryset, request.user)
+        return fields

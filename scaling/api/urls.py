@@ -5,5 +5,6 @@ from scaling.api import views
 router = SimpleRouter()
 router.register("proposals", views.ProposalViewSet)
 router.register("shifts", views.TrafficShiftViewSet)
+router.register("fallbacks", views.FallbackViewSet)
 
 urlpatterns = router.urls

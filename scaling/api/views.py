@@ -11,10 +11,10 @@ from rest_framework.response import Response
 from controlplane import permissions, services as core
 from controlplane.api.views import PoolChildFilter
 from controlplane.choices import Channel, Role
-from scaling import services, traffic
+from scaling import fallbacks, services, traffic
 from scaling.api import serializers
 from scaling.choices import SHIFT_ACTIVE_PHASES
-from scaling.models import Proposal, TrafficShift
+from scaling.models import FallbackActivation, Proposal, TrafficShift
 
 
 class ProposalFilter(PoolChildFilter):
@@ -173,3 +173,51 @@ class TrafficShiftViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixi
     def approve(self, request, pk=None):  # noqa: ANN001, ANN201
         """Approve the gated step the shift waits for; 409 when none waits."""
         return self._act(request, traffic.approve)
+
+
+class FallbackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Fallback activations: viewers read; operators activate, restore and approve a pool's fallback."""
+
+    queryset = FallbackActivation.objects.select_related("pool__cluster", "fallback_pool__cluster", "pool__team",
+                                                         "created_by").prefetch_related("events")
+    serializer_class = serializers.FallbackActivationSerializer
+    filterset_fields = ["pool", "phase", "fallback_pool"]
+    action_roles = {"activate": Role.OPERATOR, "restore": Role.OPERATOR, "approve": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def get_serializer_class(self):  # noqa: ANN201
+        if self.action in self.action_roles:
+            return serializers.FallbackActionSerializer
+        return super().get_serializer_class()
+
+    def _act(self, request, act) -> Response:  # noqa: ANN001
+        incoming = self.get_serializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        pool = data["pool"]
+        core.check_may_change(request.user, pool.team, pool.cluster, Role.OPERATOR, field="pool")
+        actor = core.Actor.from_request(request, Channel.API)
+        activation = act(pool, actor, data)
+        return Response(serializers.FallbackActivationSerializer(self.get_queryset().get(pk=activation.pk)).data)
+
+    @extend_schema(request=serializers.FallbackActionSerializer, responses=serializers.FallbackActivationSerializer)
+    @action(detail=False, methods=["post"])
+    def activate(self, request):  # noqa: ANN001, ANN201
+        """Send `share` of the pool's eligible traffic to its fallback pool now; it holds until restored.
+        400 when the pool has no fallback or route; 409 while a traffic shift writes the route."""
+        return self._act(request, lambda pool, actor, data: fallbacks.activate(
+            pool, data.get("share", 1.0), actor, data["comment"]))
+
+    @extend_schema(request=serializers.FallbackActionSerializer, responses=serializers.FallbackActivationSerializer)
+    @action(detail=False, methods=["post"])
+    def restore(self, request):  # noqa: ANN001, ANN201
+        """All the pool's traffic back to it now (or reject an entry waiting for approval); 409 when none is open."""
+        return self._act(request, lambda pool, actor, data: fallbacks.restore(pool, actor, data["comment"]))
+
+    @extend_schema(request=serializers.FallbackActionSerializer, responses=serializers.FallbackActivationSerializer)
+    @action(detail=False, methods=["post"])
+    def approve(self, request):  # noqa: ANN001, ANN201
+        """Approve the entry the pool's policy waits for; 409 when none waits."""
+        return self._act(request, lambda pool, actor, data: fallbacks.approve(pool, actor, data["comment"]))
