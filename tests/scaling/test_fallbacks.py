@@ -214,3 +214,17 @@ def test_the_beat_decides_for_every_policy(sandbox, pools, policy) -> None:  # n
     feed(pools, timezone.now(), primary_rps=100.0, ttft_s=2.0)
     tasks.advance_fallbacks()
     assert FallbackActivation.objects.get().route_percent == 58 and _weights(sandbox[0]) == {GIVING: 42, RECEIVING: 58}
+
+
+def test_an_incident_timeline_shows_the_fallback(sandbox, pools, policy, alice: User) -> None:  # noqa: ANN001, F811
+    from incidents import timeline
+    from incidents.models import Incident
+
+    pool = Pool.objects.get(pk=pools[0].pk)
+    incident = Incident.objects.create(team=pool.team, cluster=pool.cluster, pool=pool, title="surge", severity="P1",
+                                       opened_at=timezone.now())
+    activation = fallbacks.activate(pool, 0.5, core.Actor(alice, Channel.API), "surge on chat")
+    entries = [entry for entry in timeline.timeline(incident) if entry.kind == "fallback"]
+    assert entries[0].title == f"Fallback #{activation.pk} to chat-8b-warm: entered (50 % of the route)"
+    assert entries[0].actor == "alice" and entries[0].detail == "surge on chat" and entries[0].marker == "orange"
+    assert entries[-1].url == f"/pools/{pool.pk}/live/#fallback"
