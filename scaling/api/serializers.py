@@ -8,6 +8,8 @@ from scaling.choices import ProposalKind
 from scaling.engine import shifting
 from controlplane.models import Pool
 from scaling.models import (
+    BreakerTransition,
+    CircuitBreaker,
     FallbackActivation,
     FallbackEvent,
     Proposal,
@@ -162,3 +164,23 @@ class FallbackActionSerializer(serializers.Serializer):
 
             fields["pool"].queryset = permissions.scoped(fields["pool"].queryset, request.user)
         return fields
+
+
+class BreakerTransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = BreakerTransition
+        fields = ["at", "from_state", "to_state", "actor_name", "channel", "reason"]
+
+
+class CircuitBreakerSerializer(serializers.ModelSerializer):
+    transitions = BreakerTransitionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = CircuitBreaker
+        fields = ["id", "scope", "pool", "endpoint", "state", "since", "probe_successes", "forced", "failure_ratio",
+                  "min_requests", "open_for_s", "last_counts", "last_reasons", "transitions"]
+        read_only_fields = fields
+
+
+class BreakerActionSerializer(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")

@@ -6,5 +6,6 @@ router = SimpleRouter()
 router.register("proposals", views.ProposalViewSet)
 router.register("shifts", views.TrafficShiftViewSet)
 router.register("fallbacks", views.FallbackViewSet)
+router.register("breakers", views.CircuitBreakerViewSet)
 
 urlpatterns = router.urls

@@ -11,10 +11,10 @@ from rest_framework.response import Response
 from controlplane import permissions, services as core
 from controlplane.api.views import PoolChildFilter
 from controlplane.choices import Channel, Role
-from scaling import fallbacks, services, traffic
+from scaling import breakers, fallbacks, services, traffic
 from scaling.api import serializers
 from scaling.choices import SHIFT_ACTIVE_PHASES
-from scaling.models import FallbackActivation, Proposal, TrafficShift
+from scaling.models import CircuitBreaker, FallbackActivation, Proposal, TrafficShift
 
 
 class ProposalFilter(PoolChildFilter):
@@ -221,3 +221,41 @@ class FallbackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     def approve(self, request):  # noqa: ANN001, ANN201
         """Approve the entry the pool's policy waits for; 409 when none waits."""
         return self._act(request, lambda pool, actor, data: fallbacks.approve(pool, actor, data["comment"]))
+
+
+class CircuitBreakerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Circuit breakers: viewers read; operators force one open or closed, and release it to the evaluation."""
+
+    queryset = CircuitBreaker.objects.select_related("pool__team", "pool__cluster").prefetch_related("transitions")
+    serializer_class = serializers.CircuitBreakerSerializer
+    filterset_fields = ["pool", "scope", "state", "endpoint", "forced"]
+    action_roles = {"open": Role.OPERATOR, "close": Role.OPERATOR, "release": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def _force(self, request, state: str) -> Response:  # noqa: ANN001
+        breaker = self.get_object()  # 404 when invisible; object permission checks the role
+        comment = serializers.BreakerActionSerializer(data=request.data)
+        comment.is_valid(raise_exception=True)
+        breakers.force(breaker.pk, state, core.Actor.from_request(request, Channel.API),
+                       comment.validated_data["comment"])
+        return Response(serializers.CircuitBreakerSerializer(self.get_queryset().get(pk=breaker.pk)).data)
+
+    @extend_schema(request=serializers.BreakerActionSerializer, responses=serializers.CircuitBreakerSerializer)
+    @action(detail=True, methods=["post"])
+    def open(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Force the breaker open (an endpoint leaves the route) and hold it there."""
+        return self._force(request, "open")
+
+    @extend_schema(request=serializers.BreakerActionSerializer, responses=serializers.CircuitBreakerSerializer)
+    @action(detail=True, methods=["post"])
+    def close(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Force the breaker closed (an endpoint is re-admitted) and hold it there."""
+        return self._force(request, "closed")
+
+    @extend_schema(request=serializers.BreakerActionSerializer, responses=serializers.CircuitBreakerSerializer)
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Hand a forced breaker back to the evaluation; 409 when it is not forced."""
+        return self._force(request, "release")

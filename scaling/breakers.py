@@ -1,0 +1,138 @@
+"""Circuit breakers live: the engine's state machine (scaling/engine/breakers.py) per endpoint (a pod of a
+pool) and per pool, its state in CircuitBreaker rows, each transition a BreakerTransition and an audit record.
+
+An open endpoint breaker ejects its pod from the route: the pod gets the label `headroom.io/ejected=true`
+(scaling/drivers/kubernetes.py), which the route's endpoints leave out; a closed one removes the label.
+Half-open re-admits the pod so that it takes the probe requests whose outcome closes or re-opens it.
+Ejecting every endpoint would turn an error rate into an outage: when all are open, all stay in
+(`routable_endpoints`). A person may force a breaker open or closed; the evaluation leaves it alone
+until released. Labels are reconciled from the rows on every evaluation, so a worker that died between
+the commit and the label write leaves nothing wrong for longer than a tick.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.models import Pool
+from scaling import traffic
+from scaling.choices import BreakerScope, BreakerState
+from scaling.drivers.cluster import ClusterDriver
+from scaling.drivers.registry import cluster_driver, workload_of
+from scaling.engine import breakers as engine
+from scaling.models import BreakerTransition, CircuitBreaker
+
+AUTO = traffic.AUTO
+
+
+class BreakerConflict(traffic.ShiftConflict):
+    pass
+
+
+def _thresholds(breaker: CircuitBreaker) -> engine.BreakerThresholds:
+    return engine.BreakerThresholds(failure_ratio=breaker.failure_ratio, min_requests=breaker.min_requests,
+                                    open_for_s=breaker.open_for_s)
+
+
+def _breaker(scope: str, pool: Pool, endpoint: str, now: datetime) -> CircuitBreaker:
+    """The locked row of a breaker, created closed with the scope's default thresholds on first sight."""
+    defaults = engine.DEFAULT_THRESHOLDS[scope]
+    try:
+        with transaction.atomic():
+            CircuitBreaker.objects.get_or_create(
+                scope=scope, pool=pool, endpoint=endpoint,
+                defaults={"since": now, "failure_ratio": defaults.failure_ratio, "min_requests": defaults.min_requests,
+                          "open_for_s": defaults.open_for_s})
+    except IntegrityError:
+        pass  # another worker created it a moment ago
+    return CircuitBreaker.objects.select_for_update(of=("self",)).select_related("pool__team").get(
+        scope=scope, pool=pool, endpoint=endpoint)
+
+
+def _move(breaker: CircuitBreaker, target: str, actor: core.Actor, reason: str, now: datetime) -> None:
+    before, source = core.snapshot(breaker), breaker.state
+    breaker.state, breaker.since, breaker.probe_successes = target, now, 0
+    breaker.save()
+    BreakerTransition.objects.create(breaker=breaker, at=now, from_state=source, to_state=target,
+                                     actor_name=actor.name, channel=actor.channel, reason=reason)
+    core.record(actor, f"breaker-{target}", breaker, before=before, team=breaker.pool.team if breaker.pool else None)
+
+
+def _step(breaker: CircuitBreaker, counts: engine.WindowCounts, now: datetime) -> None:
+    breaker.last_counts = {"requests": counts.requests, "failures": counts.failures, "at": now.isoformat()}
+    if breaker.forced:
+        breaker.last_reasons = [f"forced {breaker.state} by a person"]
+        breaker.save()
+        return
+    state = engine.BreakerState(breaker.state, breaker.since.timestamp(), breaker.probe_successes)
+    decision = engine.decide_breaker(now.timestamp(), counts, _thresholds(breaker), state)
+    breaker.last_reasons = list(decision.reasons)
+    if decision.transition is not None:
+        _move(breaker, decision.state.state, AUTO, "; ".join(decision.reasons), now)
+    else:
+        breaker.probe_successes = decision.state.probe_successes
+        breaker.save()
+
+
+def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime | None = None,
+             driver: ClusterDriver | None = None) -> dict[str, str]:
+    """One evaluation of a pool's endpoint breakers and its pool breaker, from each pod's requests and
+    failures (over the breaker window while closed; since the last evaluation while half-open).
+    Returns pod → breaker state after the labels were reconciled."""
+    now = now or timezone.now()
+    # Every known endpoint steps, with or without requests: an ejected pod gets none, and its cool-down
+    # must still end in the probes.
+    known = CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool).values_list("endpoint", flat=True)
+    with transaction.atomic():
+        for endpoint in sorted(set(counts) | set(known)):
+            _step(_breaker(BreakerScope.ENDPOINT, pool, endpoint, now), counts.get(endpoint, engine.WindowCounts(0, 0)),
+                  now)
+        total = engine.WindowCounts(sum(c.requests for c in counts.values()), sum(c.failures for c in counts.values()))
+        _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
+    return reconcile(pool, driver)
+
+
+def reconcile(pool: Pool, driver: ClusterDriver | None = None) -> dict[str, str]:
+    """Label the pool's pods after their breakers: open ones ejected (unless all would be), others routable."""
+    driver = driver or cluster_driver(pool.cluster)
+    pods = driver.endpoints(workload_of(pool))
+    states = dict(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool, endpoint__in=list(pods))
+                  .values_list("endpoint", "state"))
+    engine_states = {pod: engine.BreakerState(states.get(pod, BreakerState.CLOSED)) for pod in pods}
+    # Half-open pods take the probes: routable like closed ones, only open ones leave.
+    kept = set(engine.routable_endpoints({pod: engine.BreakerState(
+        engine.CLOSED if state.state != engine.OPEN else engine.OPEN) for pod, state in engine_states.items()}))
+    for pod, routable in sorted(pods.items()):
+        if (pod in kept) != routable:
+            driver.set_routable(pool.namespace, pod, pod in kept)
+    return {pod: states.get(pod, BreakerState.CLOSED) for pod in pods}
+
+
+def force(breaker_id: int, state: str, actor: core.Actor, comment: str = "", driver: ClusterDriver | None = None,
+          now: datetime | None = None) -> CircuitBreaker:
+    """A person opens or closes a breaker and holds it there; `release` hands it back to the evaluation."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        breaker = CircuitBreaker.objects.select_for_update(of=("self",)).select_related("pool__team", "pool__cluster") \
+            .get(pk=breaker_id)
+        if breaker.pool is not None:
+            traffic._check_may_act(actor, breaker.pool)
+        if state == "release":
+            if not breaker.forced:
+                raise BreakerConflict(f"Breaker #{breaker.pk} is not forced: nothing to release.")
+            breaker.forced = False
+            breaker.save()
+            core.record(actor, "breaker-release", breaker, team=breaker.pool.team if breaker.pool else None)
+        else:
+            breaker.forced = True
+            if breaker.state != state:
+                _move(breaker, state, actor, comment or f"forced {state} by {actor.name}", now)
+            else:
+                breaker.save()
+    if breaker.pool is not None and breaker.scope == BreakerScope.ENDPOINT:
+        reconcile(breaker.pool, driver)
+    return breaker
+
