@@ -11,6 +11,7 @@ from scaling.models import (
     BreakerTransition,
     CircuitBreaker,
     FallbackActivation,
+    FallbackPolicy,
     FallbackEvent,
     Proposal,
     ProposalEvent,
@@ -184,3 +185,32 @@ class CircuitBreakerSerializer(serializers.ModelSerializer):
 
 class BreakerActionSerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class FallbackPolicySerializer(ScopedModelSerializer):
+    """A pool's fallback thresholds; its fallback pool is the pool's own `fallback_pool`."""
+
+    entry_after_s = serializers.FloatField(min_value=0, max_value=3600, default=15.0)
+    exit_after_s = serializers.FloatField(min_value=0, max_value=86400, default=180.0)
+    exit_latency_ratio = serializers.FloatField(min_value=0.01, max_value=1.0, default=0.8)
+    max_share = serializers.FloatField(min_value=0.0, max_value=1.0, default=1.0)
+    return_step_hold_s = serializers.FloatField(min_value=0, max_value=86400, default=60.0)
+    eligible_share = serializers.FloatField(min_value=0.0, max_value=1.0, default=1.0)
+    classes = serializers.ListField(child=serializers.ChoiceField(choices=["standard", "priority"]),
+                                    default=list(["standard"]), allow_empty=True)
+
+    class Meta:
+        model = FallbackPolicy
+        fields = ["pool", "router_kind", "enabled", "requires_approval", "entry_after_s", "exit_after_s",
+                  "exit_latency_ratio", "max_share", "return_step_hold_s", "classes", "eligible_share", "state",
+                  "last_decision", "updated_at"]
+        read_only_fields = ["state", "last_decision", "updated_at"]
+
+    def validate(self, attrs):  # noqa: ANN001, ANN201
+        attrs = super().validate(attrs)
+        pool = attrs.get("pool") or getattr(self.instance, "pool", None)
+        if self.instance is not None and "pool" in attrs and attrs["pool"].pk != self.instance.pool_id:
+            raise serializers.ValidationError({"pool": ["A policy stays with its pool; create one for the other pool."]})
+        if pool is not None and pool.fallback_pool_id is None:
+            raise serializers.ValidationError({"pool": [f"Pool {pool} has no fallback_pool; set it on the pool first."]})
+        return attrs

@@ -7,5 +7,6 @@ router.register("proposals", views.ProposalViewSet)
 router.register("shifts", views.TrafficShiftViewSet)
 router.register("fallbacks", views.FallbackViewSet)
 router.register("breakers", views.CircuitBreakerViewSet)
+router.register("fallback-policies", views.FallbackPolicyViewSet)
 
 urlpatterns = router.urls

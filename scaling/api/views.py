@@ -9,12 +9,12 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
-from controlplane.api.views import PoolChildFilter
+from controlplane.api.views import PoolChildFilter, TeamScopedViewSet
 from controlplane.choices import Channel, Role
 from scaling import breakers, fallbacks, services, traffic
 from scaling.api import serializers
 from scaling.choices import SHIFT_ACTIVE_PHASES
-from scaling.models import CircuitBreaker, FallbackActivation, Proposal, TrafficShift
+from scaling.models import CircuitBreaker, FallbackActivation, FallbackPolicy, Proposal, TrafficShift
 
 
 class ProposalFilter(PoolChildFilter):
@@ -259,3 +259,11 @@ class CircuitBreakerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, vi
     def release(self, request, pk=None):  # noqa: ANN001, ANN201
         """Hand a forced breaker back to the evaluation; 409 when it is not forced."""
         return self._force(request, "release")
+
+
+class FallbackPolicyViewSet(TeamScopedViewSet):
+    """A pool's fallback policy (keyed by the pool): team admins create, change and delete it; viewers read."""
+
+    queryset = FallbackPolicy.objects.select_related("pool__cluster", "pool__team")
+    serializer_class = serializers.FallbackPolicySerializer
+    filterset_fields = ["enabled", "requires_approval"]

@@ -11,7 +11,7 @@ from controlplane.models import Membership, Pool, Team
 from scaling import traffic
 from scaling.models import FallbackActivation, FallbackPolicy
 
-from tests.core.conftest import alice, charlie, cluster, ml_team, search_team, token_client  # noqa: F401
+from tests.core.conftest import alice, bob, charlie, cluster, ml_team, search_team, token_client  # noqa: F401
 from tests.scaling.test_fallbacks import policy  # noqa: F401
 from tests.scaling.test_traffic import GIVING, RECEIVING, _weights, pools, sandbox  # noqa: F401
 
@@ -75,3 +75,22 @@ def test_409_while_a_shift_writes_the_route_and_when_nothing_is_open(alice: User
     assert busy.status_code == 409 and "one writer per route" in busy.data["detail"]
     assert not FallbackActivation.objects.exists() and _weights(sandbox[0]) == {GIVING: 100, RECEIVING: 0}
     assert FallbackPolicy.objects.filter(pk=policy.pk).exists() and Pool.objects.get(pk=pools[0].pk).fallback_pool_id
+
+
+def test_a_team_admin_configures_the_policy(alice: User, bob: User, sandbox, pools) -> None:  # noqa: ANN001, F811
+    client = token_client(bob)
+    missing = client.post("/api/v1/fallback-policies/", {"pool": pools[0].pk}, format="json")
+    assert missing.status_code == 400 and "no fallback_pool" in str(missing.data["pool"])
+    Pool.objects.filter(pk=pools[0].pk).update(fallback_pool=pools[1])
+    bad = client.post("/api/v1/fallback-policies/", {"pool": pools[0].pk, "max_share": 1.5}, format="json")
+    assert bad.status_code == 400 and "max_share" in bad.data
+    bad = client.post("/api/v1/fallback-policies/", {"pool": pools[0].pk, "classes": ["gold"]}, format="json")
+    assert bad.status_code == 400 and "classes" in bad.data
+    created = client.post("/api/v1/fallback-policies/", {"pool": pools[0].pk, "requires_approval": True,
+                                                          "exit_after_s": 120}, format="json")
+    assert created.status_code == 201, created.data
+    assert (created.data["classes"], created.data["exit_after_s"]) == (["standard"], 120.0)
+    operator = token_client(alice).patch(f"/api/v1/fallback-policies/{pools[0].pk}/", {"max_share": 0.5}, format="json")
+    assert operator.status_code == 403  # thresholds are the team admin's; operators act on activations
+    changed = client.patch(f"/api/v1/fallback-policies/{pools[0].pk}/", {"max_share": 0.5}, format="json")
+    assert changed.status_code == 200 and FallbackPolicy.objects.get(pk=pools[0].pk).max_share == 0.5
