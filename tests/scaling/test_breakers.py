@@ -142,3 +142,13 @@ def test_a_person_forces_a_breaker_through_the_api(sandbox, pool: Pool, alice: U
         .status_code == 400
     with pytest.raises(breakers.traffic.ShiftForbidden):
         breakers.force(breaker.pk, "open", core.Actor(charlie, Channel.API))
+
+
+def test_the_pool_page_shows_the_breakers(sandbox, pool: Pool, alice: User, client) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    pods = sorted(replica.name for replica in kube.replicas(NS, DEPLOYMENT))
+    breakers.evaluate(pool, {pods[0]: WindowCounts(200, 20), pods[1]: WindowCounts(200, 0)})
+    client.force_login(alice)
+    page = client.get(f"/pools/{pool.pk}/live/").content.decode()
+    assert "Circuit breakers" in page and f"<code>{pods[0]}</code>" in page and "20 of 200 failed" in page
+    assert page.count(">Open</span>") == 2  # the pod's breaker and the pool's (20 of 400 = 5 %)

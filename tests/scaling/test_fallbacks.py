@@ -228,3 +228,13 @@ def test_an_incident_timeline_shows_the_fallback(sandbox, pools, policy, alice: 
     assert entries[0].title == f"Fallback #{activation.pk} to chat-8b-warm: entered (50 % of the route)"
     assert entries[0].actor == "alice" and entries[0].detail == "surge on chat" and entries[0].marker == "orange"
     assert entries[-1].url == f"/pools/{pool.pk}/live/#fallback"
+
+
+def test_the_pool_page_shows_the_fallback(sandbox, pools, policy, alice: User, client) -> None:  # noqa: ANN001, F811
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    fallbacks.tick(policy.pk, now=now)
+    client.force_login(alice)
+    page = client.get(f"/pools/{pools[0].pk}/live/").content.decode()
+    assert "Fallback to chat-8b-warm" in page and "<b>58 %</b> of the route on <code>vllm-chat-8b-warm</code>" in page
+    assert "at its maximum of 1 replicas" in page
