@@ -11,6 +11,7 @@ the commit and the label write leaves nothing wrong for longer than a tick.
 """
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -23,7 +24,13 @@ from scaling.choices import BreakerScope, BreakerState
 from scaling.drivers.cluster import ClusterDriver
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.engine import breakers as engine
+from scaling.drivers.signals import PoolSelector
 from scaling.models import BreakerTransition, CircuitBreaker
+
+logger = logging.getLogger(__name__)
+# Closed breakers judge the failures of this window (the engine's); half-open ones the probes of the last
+# beat interval only: ejected at least `open_for_s` (30 s) earlier, the pod's old failures are outside it.
+CLOSED_WINDOW, PROBE_WINDOW = "1m", "15s"
 
 AUTO = traffic.AUTO
 
@@ -136,3 +143,55 @@ def force(breaker_id: int, state: str, actor: core.Actor, comment: str = "", dri
         reconcile(breaker.pool, driver)
     return breaker
 
+
+
+def read_counts(pools: list[Pool], now: datetime) -> dict[int, dict[str, engine.WindowCounts]]:
+    """Each pool's pods' requests and failures from the cluster's Prometheus: over the closed window for
+    pods whose breaker is closed, over the probe window for half-open ones."""
+    from scaling import loop  # the loop builds the cluster's signal source
+
+    source = loop._signal_source(pools[0].cluster)
+    if source is None:
+        return {}
+    selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools]
+    closed = source.endpoint_counts(selectors, CLOSED_WINDOW, now.timestamp())
+    probes = source.endpoint_counts(selectors, PROBE_WINDOW, now.timestamp())
+    half_open = set(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool__in=pools,
+                                                  state=BreakerState.HALF_OPEN).values_list("pool_id", "endpoint"))
+    counts: dict[int, dict[str, engine.WindowCounts]] = {}
+    for pool in pools:
+        pods = {pod: engine.WindowCounts(*pair) for pod, pair in closed[str(pool.pk)].items()}
+        for pod, pair in probes[str(pool.pk)].items():
+            if (pool.pk, pod) in half_open:
+                pods[pod] = engine.WindowCounts(*pair)
+        for pod in [pod for pod in pods if (pool.pk, pod) in half_open and pod not in probes[str(pool.pk)]]:
+            pods[pod] = engine.WindowCounts(0, 0)  # no probe yet
+        counts[pool.pk] = pods
+    return counts
+
+
+def advance(now: datetime | None = None) -> dict[str, int]:
+    """Evaluate every pool's breakers from Prometheus, one cluster at a time. A failed read evaluates nothing
+    for its cluster (an unknown is no verdict); one pool's failure never stops the others."""
+    now = now or timezone.now()
+    counts = {"evaluated": 0, "errors": 0}
+    by_cluster: dict[int, list[Pool]] = {}
+    for pool in Pool.objects.select_related("cluster", "team").order_by("pk"):
+        by_cluster.setdefault(pool.cluster_id, []).append(pool)
+    for pools in by_cluster.values():
+        try:
+            read = read_counts(pools, now)
+        except Exception:  # noqa: BLE001 - logged; the next beat reads again
+            counts["errors"] += 1
+            logger.exception("reading endpoint counts of cluster %s failed", pools[0].cluster)
+            continue
+        for pool in pools:
+            if pool.pk not in read:
+                continue
+            try:
+                evaluate(pool, read[pool.pk], now)
+                counts["evaluated"] += 1
+            except Exception:  # noqa: BLE001
+                counts["errors"] += 1
+                logger.exception("evaluating the breakers of %s failed", pool)
+    return counts

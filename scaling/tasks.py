@@ -45,3 +45,11 @@ def advance_fallbacks() -> None:
     from scaling import fallbacks
 
     fallbacks.advance()
+
+
+@shared_task(ignore_result=True)
+def evaluate_breakers() -> None:
+    """Every pool's endpoint and pool circuit breakers from each pod's answers; ejects and re-admits pods."""
+    from scaling import breakers
+
+    breakers.advance()

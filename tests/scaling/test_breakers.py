@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+import time
+from datetime import timedelta
 
 import pytest
 import requests
@@ -152,3 +153,48 @@ def test_the_pool_page_shows_the_breakers(sandbox, pool: Pool, alice: User, clie
     page = client.get(f"/pools/{pool.pk}/live/").content.decode()
     assert "Circuit breakers" in page and f"<code>{pods[0]}</code>" in page and "20 of 200 failed" in page
     assert page.count(">Open</span>") == 2  # the pod's breaker and the pool's (20 of 400 = 5 %)
+
+
+@pytest.mark.prometheus
+def test_the_beat_reads_each_pods_errors_from_prometheus_and_ejects_it(sandbox, pool: Pool, settings,  # noqa: ANN001
+                                                                        monkeypatch) -> None:
+    """The whole live path: vLLM's HTTP metrics per pod scraped by a real Prometheus, the per-pod query,
+    the beat's evaluation, the label, the gateway. Cool-down and probe window shortened to keep it short."""
+    from sandbox.prometheus import PrometheusLauncher
+    from sandbox.replica import wait_until
+    from scaling import tasks
+    from scaling.drivers.prometheus import PrometheusConfig, PrometheusSignalSource
+    from scaling.drivers.signals import PoolSelector
+
+    kube, gateway = sandbox
+    with PrometheusLauncher(scrape_interval_s=0.5) as prometheus:
+        prometheus.follow(kube.fleet)
+        prometheus.wait_for_up(timeout=20)
+        Cluster.objects.filter(pk=pool.cluster_id).update(prometheus_url=prometheus.url)
+        settings.PROMETHEUS_ENABLED = True
+        [faulty] = send(gateway, 1)
+        requests.put(f"{kube.url}/sandbox/pods/{NS}/{faulty}/faults", json={"error_rate": 0.5}, timeout=5)
+        sent = send(gateway, 150)
+        source = PrometheusSignalSource(PrometheusConfig(prometheus.url))
+        selector = [PoolSelector("p", {"model_name": "chat"})]
+        assert wait_until(lambda: source.endpoint_counts(selector, "1m")["p"].get(faulty, (0, 0))[0] >= 140, 15,
+                          interval=0.25)
+        read = source.endpoint_counts(selector, "1m")["p"][faulty]
+        assert abs(read[1] - sent[faulty].failures) <= 0.2 * sent[faulty].failures  # increase() extrapolates
+        tasks.evaluate_breakers()
+        breaker = CircuitBreaker.objects.get(scope=BreakerScope.ENDPOINT, endpoint=faulty)
+        assert breaker.state == BreakerState.OPEN, breaker.last_reasons
+        assert set(send(gateway, 10)) != {faulty}  # ejected: the other pod answers
+        # Fixed; after the (shortened) cool-down it is probed over the (shortened) probe window and closes.
+        requests.put(f"{kube.url}/sandbox/pods/{NS}/{faulty}/faults", json={"error_rate": 0.0}, timeout=5)
+        CircuitBreaker.objects.filter(pk=breaker.pk).update(open_for_s=1.0)
+        monkeypatch.setattr(breakers, "PROBE_WINDOW", "3s")
+        time.sleep(4)
+        tasks.evaluate_breakers()
+        assert CircuitBreaker.objects.get(pk=breaker.pk).state == BreakerState.HALF_OPEN
+        assert send(gateway, 10)[faulty].failures == 0
+        assert wait_until(lambda: source.endpoint_counts(selector, "3s")["p"].get(faulty, (0, 0))[0] >= 5, 5,
+                          interval=0.25)
+        tasks.evaluate_breakers()
+        assert CircuitBreaker.objects.get(pk=breaker.pk).state == BreakerState.CLOSED
+        assert "headroom.io/ejected" not in kube.store.get(res.PODS, NS, faulty)["metadata"]["labels"]
