@@ -250,6 +250,11 @@ def _apply(policy: FallbackPolicy, decision: engine.FallbackDecision, activation
         _transition(activation, FallbackPhase.RESTORING, engine.RESTORED, AUTO, "; ".join(reasons), target_percent=0)
     elif waiting:
         activation.save(update_fields=["share", "reasons", "updated_at"])
+    elif decision.event == engine.ENTERED:
+        # Entered again before the last return's 0 % was confirmed on the route: the same activation goes on.
+        activation.target_percent = route_percent_for(policy, decision.share)
+        _transition(activation, FallbackPhase.ACTIVE, engine.REACTIVATED, AUTO, "; ".join(reasons),
+                    target_percent=activation.target_percent)
     elif decision.event == engine.RETURN_STARTED:
         activation.target_percent = route_percent_for(policy, decision.share)
         _transition(activation, FallbackPhase.RESTORING, engine.RETURN_STARTED, AUTO, "; ".join(reasons),

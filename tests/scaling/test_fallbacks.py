@@ -13,6 +13,7 @@ from django.utils import timezone
 from controlplane import services as core
 from controlplane.choices import Channel
 from controlplane.models import AuditEvent, Pool
+from sandbox.kube import resources as res
 from scaling import fallbacks, services, traffic
 from scaling.choices import FallbackPhase, ShiftPhase
 from scaling.drivers.registry import route_router
@@ -238,3 +239,15 @@ def test_the_pool_page_shows_the_fallback(sandbox, pools, policy, alice: User, c
     page = client.get(f"/pools/{pools[0].pk}/live/").content.decode()
     assert "Fallback to chat-8b-warm" in page and "<b>58 %</b> of the route on <code>vllm-chat-8b-warm</code>" in page
     assert "at its maximum of 1 replicas" in page
+
+
+def test_a_repeated_tick_at_the_same_moment_changes_nothing(sandbox, pools, policy) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    first = fallbacks.tick(policy.pk, now=now)
+    version = kube.store.get(res.HTTPROUTES, "inference", "sandbox-route")["metadata"]["resourceVersion"]
+    again = fallbacks.tick(policy.pk, now=now)  # a second worker, or the beat delivered twice
+    assert again.pk == first.pk and FallbackActivation.objects.count() == 1
+    assert kube.store.get(res.HTTPROUTES, "inference", "sandbox-route")["metadata"]["resourceVersion"] == version
+    assert list(again.events.values_list("kind", flat=True)) == ["entered", "written"]
