@@ -102,6 +102,25 @@ def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime |
     return reconcile(pool, driver)
 
 
+def evaluate_system(counts: engine.WindowCounts, now: datetime | None = None) -> CircuitBreaker:
+    """The system breaker over every pool's answers together (0.5 % by default): open means the whole
+    fleet is failing; it ejects nothing, its transitions are recorded and audited."""
+    now = now or timezone.now()
+    defaults = engine.SYSTEM_THRESHOLDS
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                CircuitBreaker.objects.get_or_create(
+                    scope=BreakerScope.SYSTEM, pool=None, endpoint="",
+                    defaults={"since": now, "failure_ratio": defaults.failure_ratio,
+                              "min_requests": defaults.min_requests, "open_for_s": defaults.open_for_s})
+        except IntegrityError:
+            pass
+        breaker = CircuitBreaker.objects.select_for_update().get(scope=BreakerScope.SYSTEM, pool=None, endpoint="")
+        _step(breaker, counts, now)
+    return breaker
+
+
 def reconcile(pool: Pool, driver: ClusterDriver | None = None) -> dict[str, str]:
     """Label the pool's pods after their breakers: open ones ejected (unless all would be), others routable."""
     driver = driver or cluster_driver(pool.cluster)
@@ -175,6 +194,7 @@ def advance(now: datetime | None = None) -> dict[str, int]:
     for its cluster (an unknown is no verdict); one pool's failure never stops the others."""
     now = now or timezone.now()
     counts = {"evaluated": 0, "errors": 0}
+    system = [0, 0]  # requests and failures over every pool read
     by_cluster: dict[int, list[Pool]] = {}
     for pool in Pool.objects.select_related("cluster", "team").order_by("pk"):
         by_cluster.setdefault(pool.cluster_id, []).append(pool)
@@ -188,10 +208,15 @@ def advance(now: datetime | None = None) -> dict[str, int]:
         for pool in pools:
             if pool.pk not in read:
                 continue
+            for window in read[pool.pk].values():
+                system[0] += window.requests
+                system[1] += window.failures
             try:
                 evaluate(pool, read[pool.pk], now)
                 counts["evaluated"] += 1
             except Exception:  # noqa: BLE001
                 counts["errors"] += 1
                 logger.exception("evaluating the breakers of %s failed", pool)
+    if counts["evaluated"]:
+        evaluate_system(engine.WindowCounts(*system), now)
     return counts

@@ -198,3 +198,13 @@ def test_the_beat_reads_each_pods_errors_from_prometheus_and_ejects_it(sandbox, 
         tasks.evaluate_breakers()
         assert CircuitBreaker.objects.get(pk=breaker.pk).state == BreakerState.CLOSED
         assert "headroom.io/ejected" not in kube.store.get(res.PODS, NS, faulty)["metadata"]["labels"]
+
+
+def test_the_system_breaker_opens_on_the_fleets_failures(db) -> None:  # noqa: ANN001
+    assert breakers.evaluate_system(WindowCounts(1000, 4)).state == BreakerState.CLOSED  # 0.4 %, under 0.5 %
+    breaker = breakers.evaluate_system(WindowCounts(1000, 10))
+    assert (breaker.scope, breaker.pool, breaker.state) == (BreakerScope.SYSTEM, None, BreakerState.OPEN)
+    assert "10 of 1000 requests failed (1.00%)" in breaker.transitions.get().reason
+    assert AuditEvent.objects.filter(object_type="scaling.circuitbreaker", object_id=str(breaker.pk),
+                                     action="breaker-open").exists()
+    assert CircuitBreaker.objects.filter(scope=BreakerScope.SYSTEM).count() == 1
