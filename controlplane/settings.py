@@ -213,7 +213,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     # The proposal's requested and decided channels share one set of choices: one name for it.
-    "ENUM_NAME_OVERRIDES": {"ActorChannelEnum": "controlplane.choices.Channel"},
+    "ENUM_NAME_OVERRIDES": {"ActorChannelEnum": "controlplane.choices.Channel",
+                            "BreakerStateEnum": "scaling.choices.BreakerState",
+                            "IncidentStateEnum": "incidents.choices.IncidentState"},
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
