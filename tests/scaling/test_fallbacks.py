@@ -251,3 +251,26 @@ def test_a_repeated_tick_at_the_same_moment_changes_nothing(sandbox, pools, poli
     assert again.pk == first.pk and FallbackActivation.objects.count() == 1
     assert kube.store.get(res.HTTPROUTES, "inference", "sandbox-route")["metadata"]["resourceVersion"] == version
     assert list(again.events.values_list("kind", flat=True)) == ["entered", "written"]
+
+
+def test_the_traffic_returns_once_the_primarys_capacity_is_ready(sandbox, pools, policy) -> None:  # noqa: ANN001, F811
+    """Demand stays at 100 req/s; the primary gets three ready replicas (127.5 req/s at 85 %): all comes home."""
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    assert fallbacks.tick(policy.pk, now=now).route_percent == 58
+    Pool.objects.filter(pk=pools[0].pk).update(max_replicas=3)
+    seen = []
+    for _ in range(30):
+        now += timedelta(seconds=15)
+        percent = FallbackActivation.objects.get().route_percent
+        feed(pools, now, primary_rps=100.0 * (1 - percent / 100), fallback_rps=100.0 * percent / 100, ttft_s=0.3,
+             ready=3, desired=3)
+        activation = fallbacks.tick(policy.pk, now=now)
+        seen.append(activation.route_percent)
+        if activation.phase == FallbackPhase.RESTORED:
+            break
+    assert activation.phase == FallbackPhase.RESTORED and _weights(kube) == {GIVING: 100, RECEIVING: 0}, seen
+    assert sorted(set(seen), reverse=True) == [58, 29, 15, 0]
+    # No return before a calm minute (exit_after_s): the first four ticks keep 58 %.
+    assert seen[:4] == [58, 58, 58, 58]
