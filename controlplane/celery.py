@@ -22,6 +22,10 @@ app.conf.beat_schedule = {
     # One step of each active traffic shift. 15 s: one scrape, so each guard check sees fresh signals,
     # and a failing step rolls back within failure_threshold × 15 s.
     "advance-shifts": {"task": "scaling.tasks.advance_shifts", "schedule": 15.0, "options": {"expires": 14}},
+    # One fallback decision per pool with a policy, on the signals the loop stored at its last tick.
+    "advance-fallbacks": {"task": "scaling.tasks.advance_fallbacks", "schedule": 15.0, "options": {"expires": 14}},
+    # Circuit breakers from each pod's answers over Prometheus (a 1-min window; probes over the last 15 s).
+    "evaluate-breakers": {"task": "scaling.tasks.evaluate_breakers", "schedule": 15.0, "options": {"expires": 14}},
     # Proposals nobody decided on expire; a minute of resolution is enough for a 10-minute expiry.
     "expire-proposals": {"task": "scaling.tasks.expire_proposals", "schedule": 60.0, "options": {"expires": 55}},
     # The notification outbox's safety net: events missed after commit, and retries whose backoff has passed.

@@ -221,6 +221,7 @@ SPECTACULAR_SETTINGS = {
         "IncidentStateEnum": "incidents.choices.IncidentState",
         "NotificationStateEnum": "incidents.choices.NotificationState",
         "ProposalStateEnum": "scaling.choices.ProposalState",
+        "BreakerStateEnum": "scaling.choices.BreakerState",
         "PlaybookRunStepStateEnum": "incidents.choices.RunStepState",
         "PlaybookStepKindEnum": "incidents.choices.PlaybookStepKind",
     },

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from sandbox.httpserver import QuietHandler, QuietHTTPServer
+from sandbox.kube import resources as res
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.replica import EmulatedReplica
 
@@ -52,8 +53,15 @@ class Gateway:
         return self._random.choices(pools, weights=weights)[0]
 
     def pick_replica(self, pool: PoolSpec) -> EmulatedReplica | None:
-        ready = self.cluster.ready_replicas(pool.namespace, pool.name)
+        ready = [replica for replica in self.cluster.ready_replicas(pool.namespace, pool.name)
+                 if self._routable(pool.namespace, replica.name)]
         return min(ready, key=lambda r: r.engine.in_flight) if ready else None
+
+    def _routable(self, namespace: str, pod: str) -> bool:
+        """A pod a circuit breaker labelled `headroom.io/ejected=true` is out of the endpoints, as a Service
+        whose selector excludes the label would leave it out."""
+        found = self.cluster.store.find(res.PODS, namespace, pod)
+        return found is None or (found.get("metadata", {}).get("labels") or {}).get("headroom.io/ejected") != "true"
 
 
 class _Server(QuietHTTPServer):

@@ -7,7 +7,8 @@ class ScalingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from scaling import prescale_shift
+        # Fallbacks and breakers add their events to incidents' timelines (incidents/timeline.py's registry).
+        from scaling import prescale_shift, timeline_sources  # noqa: F401
 
         post_save.connect(prescale_shift.on_proposal_event, sender="scaling.ProposalEvent",
                           dispatch_uid="scaling-prescale-shift")

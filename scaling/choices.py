@@ -110,3 +110,28 @@ class PeakBasis(models.TextChoices):
 
     FORECAST = "forecast", "The 30-minute forecast's expected peak (what the planner does today)"
     DAY_PEAK = "day-peak", "The highest 1-minute rate of the last 24 hours (a proposed standing floor)"
+
+
+class FallbackPhase(models.TextChoices):
+    """A fallback activation's life (design.md §5): a person may have to approve the entry first."""
+
+    WAITING_APPROVAL = "waiting_approval", "Waiting for approval"
+    ACTIVE = "active", "Active"
+    RESTORING = "restoring", "Restoring"
+    RESTORED = "restored", "Restored"
+    REJECTED = "rejected", "Rejected"  # a waiting entry a person turned down, or the overload passed first
+
+
+FALLBACK_OPEN_PHASES = frozenset({FallbackPhase.WAITING_APPROVAL, FallbackPhase.ACTIVE, FallbackPhase.RESTORING})
+
+
+class BreakerScope(models.TextChoices):
+    ENDPOINT = "endpoint", "Endpoint"
+    POOL = "pool", "Pool"
+    SYSTEM = "system", "System"
+
+
+class BreakerState(models.TextChoices):
+    CLOSED = "closed", "Closed"
+    OPEN = "open", "Open"
+    HALF_OPEN = "half_open", "Half-open"

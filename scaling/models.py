@@ -7,7 +7,19 @@ from django.db.models import Q
 
 from controlplane.choices import Channel
 from controlplane.models import Cluster, Pool
-from scaling.choices import SHIFT_ACTIVE_PHASES, PeakBasis, ProposalKind, ProposalState, ReportState, RouterKind, ShiftPhase
+from scaling.choices import (
+    FALLBACK_OPEN_PHASES,
+    SHIFT_ACTIVE_PHASES,
+    BreakerScope,
+    BreakerState,
+    FallbackPhase,
+    PeakBasis,
+    ProposalKind,
+    ProposalState,
+    ReportState,
+    RouterKind,
+    ShiftPhase,
+)
 
 
 class Proposal(models.Model):
@@ -313,3 +325,150 @@ class WarmPoolReport(models.Model):
     @property
     def source(self) -> str:
         return f"trace {self.trace_name}" if self.trace_name else "stored request history"
+
+
+def default_fallback_classes() -> list[str]:
+    return ["standard"]  # a priority class never falls back unless configured to
+
+
+class FallbackPolicy(models.Model):
+    """A pool's prepared fallback: when its overflow goes to its fallback pool (`Pool.fallback_pool`) and
+    how it comes back (design.md §5). Kept on the scaling side, keyed by the primary pool. `state` is the engine's FallbackState between
+    ticks (over-since, calm-since, recent demand), persisted so a restarted worker decides the same.
+    """
+
+    team_lookups = ("pool__team",)
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="fallback_policy", primary_key=True)
+    router_kind = models.CharField(max_length=16, choices=RouterKind.choices, default=RouterKind.HTTPROUTE)
+    enabled = models.BooleanField(default=True, help_text="Off: the tick decides nothing and moves no traffic.")
+    requires_approval = models.BooleanField(default=False, help_text="An automatic entry waits for a person.")
+    entry_after_s = models.FloatField(default=15.0, help_text="Latency over the SLO this long before traffic moves.")
+    exit_after_s = models.FloatField(default=180.0, help_text="Below the exit threshold this long before the return.")
+    exit_latency_ratio = models.FloatField(default=0.8, help_text="Exit threshold as a share of the SLO (hysteresis).")
+    max_share = models.FloatField(default=1.0, help_text="Most of the eligible traffic that may fall back (0..1).")
+    return_step_hold_s = models.FloatField(default=60.0, help_text="Seconds each step of the return is held.")
+    classes = models.JSONField(default=default_fallback_classes,
+                               help_text='Request classes that may fall back, e.g. ["standard"]; [] for none.')
+    eligible_share = models.FloatField(
+        default=1.0, help_text="Share of the route's requests in those classes (the route rule's traffic: 1.0).")
+    state = models.JSONField(default=dict, blank=True)
+    last_decision = models.JSONField(default=dict, blank=True)  # {phase, share, reasons, at}
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+
+class FallbackActivation(models.Model):
+    """One episode of a pool's traffic on its fallback pool, from entry to full return.
+
+    `share` is of the eligible traffic; `route_percent` the fallback backend's share of the pair's route
+    weight as last written and read back. `target_percent` is what the committed phase wants on the
+    route: written after the commit, so a worker that died before the write finds it to do.
+    """
+
+    team_lookups = ("pool__team",)
+    cluster_lookup = "pool__cluster"
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="fallbacks")
+    fallback_pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="fallbacks_received")
+    router_kind = models.CharField(max_length=16, choices=RouterKind.choices, default=RouterKind.HTTPROUTE)
+    route_namespace = models.CharField(max_length=63)
+    route_name = models.CharField(max_length=253)
+    primary_backend = models.CharField(max_length=253)
+    fallback_backend = models.CharField(max_length=253)
+    phase = models.CharField(max_length=20, choices=FallbackPhase.choices)
+    trigger = models.CharField(max_length=16, help_text="auto (the policy) or manual (a person).")
+    forced = models.BooleanField(default=False, help_text="A person's activation: only a person restores it.")
+    share = models.FloatField(default=0.0)
+    target_percent = models.PositiveSmallIntegerField(default=0)
+    route_percent = models.PositiveSmallIntegerField(default=0)
+    pair_total = models.PositiveIntegerField(default=100, help_text="The pair's combined route weight at entry.")
+    start_weights = models.JSONField(default=dict)
+    reasons = models.JSONField(default=list, blank=True)
+    last_error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    created_channel = models.CharField(max_length=16, choices=Channel.choices)
+    started_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool"], condition=Q(phase__in=sorted(FALLBACK_OPEN_PHASES)),
+                                    name="fallback_one_open_per_pool"),
+        ]
+
+    def __str__(self) -> str:
+        return f"fallback #{self.pk} {self.pool} → {self.fallback_pool} ({self.phase}, {self.route_percent} %)"
+
+    @property
+    def is_open(self) -> bool:
+        return self.phase in FALLBACK_OPEN_PHASES
+
+
+class FallbackEvent(models.Model):
+    """One transition of a fallback activation, or a note on it (a confirmed write, a refused entry)."""
+
+    activation = models.ForeignKey(FallbackActivation, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=20)  # entered, return_started, reactivated, restored, written, ...
+    from_phase = models.CharField(max_length=20, blank=True)
+    to_phase = models.CharField(max_length=20)
+    share = models.FloatField()
+    actor_name = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    comment = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class CircuitBreaker(models.Model):
+    """A breaker at one scope: an endpoint (a pod of a pool), a pool, or the system (design.md §5).
+
+    `forced` holds a person's open or close: the evaluation leaves a forced breaker alone until released.
+    """
+
+    team_lookups = ("pool__team",)
+
+    scope = models.CharField(max_length=16, choices=BreakerScope.choices)
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="breakers")
+    endpoint = models.CharField(max_length=253, blank=True, help_text="The pod, for an endpoint breaker.")
+    state = models.CharField(max_length=16, choices=BreakerState.choices, default=BreakerState.CLOSED)
+    since = models.DateTimeField()
+    probe_successes = models.PositiveSmallIntegerField(default=0)
+    forced = models.BooleanField(default=False)
+    failure_ratio = models.FloatField(help_text="Opens above this share of failed requests.")
+    min_requests = models.PositiveIntegerField()
+    open_for_s = models.FloatField()
+    last_counts = models.JSONField(default=dict, blank=True)  # {requests, failures, at}
+    last_reasons = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["scope", "pool_id", "endpoint"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "pool", "endpoint"], name="breaker_one_per_scope",
+                                    nulls_distinct=False),
+        ]
+
+    def __str__(self) -> str:
+        where = self.endpoint or (str(self.pool) if self.pool_id else "system")
+        return f"{self.scope} breaker {where} ({self.state})"
+
+
+class BreakerTransition(models.Model):
+    breaker = models.ForeignKey(CircuitBreaker, on_delete=models.CASCADE, related_name="transitions")
+    at = models.DateTimeField(db_index=True)
+    from_state = models.CharField(max_length=16)
+    to_state = models.CharField(max_length=16)
+    actor_name = models.CharField(max_length=150)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]

@@ -46,3 +46,19 @@ def run_warm_pool_report(report_id: int) -> None:
     from scaling import report_service
 
     report_service.run(report_id)
+
+
+@shared_task(ignore_result=True)
+def advance_fallbacks() -> None:
+    """One fallback decision per pool with a policy, and the route writes it calls for."""
+    from scaling import fallbacks
+
+    fallbacks.advance()
+
+
+@shared_task(ignore_result=True)
+def evaluate_breakers() -> None:
+    """Every pool's endpoint and pool circuit breakers from each pod's answers; ejects and re-admits pods."""
+    from scaling import breakers
+
+    breakers.advance()

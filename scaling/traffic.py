@@ -244,6 +244,11 @@ def start(
     if conflicting is not None:
         raise ShiftConflict(f"Shift #{conflicting.pk} is already moving traffic on route {route.name} "
                             f"({conflicting.phase}); roll it back or let it finish first.", conflicting, field="to_pool")
+    from scaling import fallbacks  # it builds on this module
+
+    if (open_fallback := fallbacks.open_on_route(to_pool.cluster_id, router_kind, namespace, route.name)) is not None:
+        raise ShiftConflict(f"Fallback #{open_fallback.pk} of {open_fallback.pool} writes route {route.name}'s weights "
+                            f"({open_fallback.phase}); restore it first: one writer per route.", field="to_pool")
     try:
         router = router or route_router(to_pool.cluster, router_kind)
         backends = {from_pool.route_backend, to_pool.route_backend}

@@ -163,6 +163,9 @@ class ObjectStore:
             candidate = copy.deepcopy(obj)
             candidate["metadata"] = {**stored["metadata"], **candidate["metadata"],
                                      "resourceVersion": stored["metadata"]["resourceVersion"]}
+            # A pod's labels are its clients' after creation (a breaker's ejection label): keep theirs.
+            candidate["metadata"]["labels"] = {**(stored["metadata"].get("labels") or {}),
+                                               **(obj["metadata"].get("labels") or {})}
             candidate["apiVersion"], candidate["kind"] = resource.api_version, resource.kind
             if candidate != stored:
                 self._commit(key, candidate, "MODIFIED")

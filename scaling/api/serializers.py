@@ -3,10 +3,22 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.api.serializers import ScopedModelSerializer
+from controlplane.models import Pool
 from scaling import report_service, reports, services
 from scaling.choices import PeakBasis, ProposalKind
 from scaling.engine import shifting
-from scaling.models import Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent, WarmPoolReport
+from scaling.models import (
+    BreakerTransition,
+    CircuitBreaker,
+    FallbackActivation,
+    FallbackEvent,
+    FallbackPolicy,
+    Proposal,
+    ProposalEvent,
+    TrafficShift,
+    TrafficShiftEvent,
+    WarmPoolReport,
+)
 
 
 class ProposalEventSerializer(serializers.ModelSerializer):
@@ -176,3 +188,93 @@ class WarmPoolReportCreateSerializer(ScopedModelSerializer):
 
     def validate(self, attrs):  # noqa: ANN001, ANN201
         return attrs  # the service checks the rest (the trace is parsed there)
+
+
+class FallbackEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = FallbackEvent
+        fields = ["at", "kind", "from_phase", "to_phase", "share", "actor_name", "channel", "comment", "data"]
+
+
+class FallbackActivationSerializer(serializers.ModelSerializer):
+    pool_name = serializers.CharField(source="pool.__str__", read_only=True)
+    fallback_pool_name = serializers.CharField(source="fallback_pool.__str__", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    events = FallbackEventSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = FallbackActivation
+        fields = [
+            "id", "pool", "pool_name", "fallback_pool", "fallback_pool_name", "router_kind", "route_namespace",
+            "route_name", "primary_backend", "fallback_backend", "phase", "trigger", "forced", "share",
+            "target_percent", "route_percent", "pair_total", "start_weights", "reasons", "last_error", "created_by",
+            "created_channel", "started_at", "finished_at", "events",
+        ]
+        read_only_fields = fields
+
+
+class FallbackActionSerializer(serializers.Serializer):
+    """A person's action on a pool's fallback; `share` only for `activate`."""
+
+    pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.select_related("team", "cluster"))
+    share = serializers.FloatField(required=False, min_value=0.01, max_value=1.0,
+                                   help_text="Of the pool's fallback-eligible traffic (activate only; default 1.0).")
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+    def get_fields(self):  # noqa: ANN201
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            from controlplane import permissions
+
+            fields["pool"].queryset = permissions.scoped(fields["pool"].queryset, request.user)
+        return fields
+
+
+class BreakerTransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = BreakerTransition
+        fields = ["at", "from_state", "to_state", "actor_name", "channel", "reason"]
+
+
+class CircuitBreakerSerializer(serializers.ModelSerializer):
+    transitions = BreakerTransitionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = CircuitBreaker
+        fields = ["id", "scope", "pool", "endpoint", "state", "since", "probe_successes", "forced", "failure_ratio",
+                  "min_requests", "open_for_s", "last_counts", "last_reasons", "transitions"]
+        read_only_fields = fields
+
+
+class BreakerActionSerializer(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class FallbackPolicySerializer(ScopedModelSerializer):
+    """A pool's fallback thresholds; its fallback pool is the pool's own `fallback_pool`."""
+
+    entry_after_s = serializers.FloatField(min_value=0, max_value=3600, default=15.0)
+    exit_after_s = serializers.FloatField(min_value=0, max_value=86400, default=180.0)
+    exit_latency_ratio = serializers.FloatField(min_value=0.01, max_value=1.0, default=0.8)
+    max_share = serializers.FloatField(min_value=0.0, max_value=1.0, default=1.0)
+    return_step_hold_s = serializers.FloatField(min_value=0, max_value=86400, default=60.0)
+    eligible_share = serializers.FloatField(min_value=0.0, max_value=1.0, default=1.0)
+    classes = serializers.ListField(child=serializers.ChoiceField(choices=["standard", "priority"]),
+                                    default=list(["standard"]), allow_empty=True)
+
+    class Meta:
+        model = FallbackPolicy
+        fields = ["pool", "router_kind", "enabled", "requires_approval", "entry_after_s", "exit_after_s",
+                  "exit_latency_ratio", "max_share", "return_step_hold_s", "classes", "eligible_share", "state",
+                  "last_decision", "updated_at"]
+        read_only_fields = ["state", "last_decision", "updated_at"]
+
+    def validate(self, attrs):  # noqa: ANN001, ANN201
+        attrs = super().validate(attrs)
+        pool = attrs.get("pool") or getattr(self.instance, "pool", None)
+        if self.instance is not None and "pool" in attrs and attrs["pool"].pk != self.instance.pool_id:
+            raise serializers.ValidationError({"pool": ["A policy stays with its pool; create one for the other pool."]})
+        if pool is not None and pool.fallback_pool_id is None:
+            raise serializers.ValidationError({"pool": [f"Pool {pool} has no fallback_pool; set it on the pool first."]})
+        return attrs

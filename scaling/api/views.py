@@ -11,12 +11,12 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
-from controlplane.api.views import PoolChildFilter
+from controlplane.api.views import PoolChildFilter, TeamScopedViewSet
 from controlplane.choices import Channel, Role
-from scaling import report_service, reports, services, traffic
+from scaling import breakers, fallbacks, report_service, reports, services, traffic
 from scaling.api import serializers
 from scaling.choices import SHIFT_ACTIVE_PHASES, ReportState
-from scaling.models import Proposal, TrafficShift, WarmPoolReport
+from scaling.models import CircuitBreaker, FallbackActivation, FallbackPolicy, Proposal, TrafficShift, WarmPoolReport
 
 
 class ProposalFilter(PoolChildFilter):
@@ -244,3 +244,97 @@ class WarmPoolReportViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mi
         response = HttpResponse(reports.rows_csv(report.result), content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="warm-pool-report-{report.pk}.csv"'
         return response
+
+
+class FallbackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Fallback activations: viewers read; operators activate, restore and approve a pool's fallback."""
+
+    queryset = FallbackActivation.objects.select_related("pool__cluster", "fallback_pool__cluster", "pool__team",
+                                                         "created_by").prefetch_related("events")
+    serializer_class = serializers.FallbackActivationSerializer
+    filterset_fields = ["pool", "phase", "fallback_pool"]
+    action_roles = {"activate": Role.OPERATOR, "restore": Role.OPERATOR, "approve": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def get_serializer_class(self):  # noqa: ANN201
+        if self.action in self.action_roles:
+            return serializers.FallbackActionSerializer
+        return super().get_serializer_class()
+
+    def _act(self, request, act) -> Response:  # noqa: ANN001
+        incoming = self.get_serializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        pool = data["pool"]
+        core.check_may_change(request.user, pool.team, pool.cluster, Role.OPERATOR, field="pool")
+        actor = core.Actor.from_request(request, Channel.API)
+        activation = act(pool, actor, data)
+        return Response(serializers.FallbackActivationSerializer(self.get_queryset().get(pk=activation.pk)).data)
+
+    @extend_schema(request=serializers.FallbackActionSerializer, responses=serializers.FallbackActivationSerializer)
+    @action(detail=False, methods=["post"])
+    def activate(self, request):  # noqa: ANN001, ANN201
+        """Send `share` of the pool's eligible traffic to its fallback pool now; it holds until restored.
+        400 when the pool has no fallback or route; 409 while a traffic shift writes the route."""
+        return self._act(request, lambda pool, actor, data: fallbacks.activate(
+            pool, data.get("share", 1.0), actor, data["comment"]))
+
+    @extend_schema(request=serializers.FallbackActionSerializer, responses=serializers.FallbackActivationSerializer)
+    @action(detail=False, methods=["post"])
+    def restore(self, request):  # noqa: ANN001, ANN201
+        """All the pool's traffic back to it now (or reject an entry waiting for approval); 409 when none is open."""
+        return self._act(request, lambda pool, actor, data: fallbacks.restore(pool, actor, data["comment"]))
+
+    @extend_schema(request=serializers.FallbackActionSerializer, responses=serializers.FallbackActivationSerializer)
+    @action(detail=False, methods=["post"])
+    def approve(self, request):  # noqa: ANN001, ANN201
+        """Approve the entry the pool's policy waits for; 409 when none waits."""
+        return self._act(request, lambda pool, actor, data: fallbacks.approve(pool, actor, data["comment"]))
+
+
+class CircuitBreakerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Circuit breakers: viewers read; operators force one open or closed, and release it to the evaluation."""
+
+    queryset = CircuitBreaker.objects.select_related("pool__team", "pool__cluster").prefetch_related("transitions")
+    serializer_class = serializers.CircuitBreakerSerializer
+    filterset_fields = ["pool", "scope", "state", "endpoint", "forced"]
+    action_roles = {"open": Role.OPERATOR, "close": Role.OPERATOR, "release": Role.OPERATOR}
+
+    def get_queryset(self):  # noqa: ANN201
+        return permissions.scoped(super().get_queryset(), self.request.user)
+
+    def _force(self, request, state: str) -> Response:  # noqa: ANN001
+        breaker = self.get_object()  # 404 when invisible; object permission checks the role
+        comment = serializers.BreakerActionSerializer(data=request.data)
+        comment.is_valid(raise_exception=True)
+        breakers.force(breaker.pk, state, core.Actor.from_request(request, Channel.API),
+                       comment.validated_data["comment"])
+        return Response(serializers.CircuitBreakerSerializer(self.get_queryset().get(pk=breaker.pk)).data)
+
+    @extend_schema(request=serializers.BreakerActionSerializer, responses=serializers.CircuitBreakerSerializer)
+    @action(detail=True, methods=["post"])
+    def open(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Force the breaker open (an endpoint leaves the route) and hold it there."""
+        return self._force(request, "open")
+
+    @extend_schema(request=serializers.BreakerActionSerializer, responses=serializers.CircuitBreakerSerializer)
+    @action(detail=True, methods=["post"])
+    def close(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Force the breaker closed (an endpoint is re-admitted) and hold it there."""
+        return self._force(request, "closed")
+
+    @extend_schema(request=serializers.BreakerActionSerializer, responses=serializers.CircuitBreakerSerializer)
+    @action(detail=True, methods=["post"])
+    def release(self, request, pk=None):  # noqa: ANN001, ANN201
+        """Hand a forced breaker back to the evaluation; 409 when it is not forced."""
+        return self._force(request, "release")
+
+
+class FallbackPolicyViewSet(TeamScopedViewSet):
+    """A pool's fallback policy (keyed by the pool): team admins create, change and delete it; viewers read."""
+
+    queryset = FallbackPolicy.objects.select_related("pool__cluster", "pool__team")
+    serializer_class = serializers.FallbackPolicySerializer
+    filterset_fields = ["enabled", "requires_approval"]

@@ -96,3 +96,11 @@ class ClusterDriver(Protocol):
     def added_pods_ready_at(self, workload: Workload, since: datetime, count: int) -> datetime | None:
         """When the `count` first pods created at or after `since` were all Ready (None: not yet, or fewer pods)."""
         ...
+
+    def endpoints(self, workload: Workload) -> dict[str, bool]:
+        """The workload's pods: pod name → routable (not ejected by a circuit breaker)."""
+        ...
+
+    def set_routable(self, namespace: str, pod: str, routable: bool) -> None:
+        """Eject a pod from the route's endpoints, or re-admit it. Idempotent."""
+        ...

@@ -88,6 +88,11 @@ def api_client(api_url: str, credentials: KubeCredentials | None = None, verify_
     return client.ApiClient(configuration)
 
 
+# A circuit breaker's ejection: pods with this label are left out of the route's endpoints (the sandbox
+# gateway honours it; in a cluster, the route's Service selects `headroom.io/ejected` away, docs/traffic.md).
+EJECTED_LABEL = "headroom.io/ejected"
+
+
 class KubernetesDriver:
     def __init__(self, api_url: str, *, credentials: KubeCredentials | None = None, timeout_s: float = 10.0,
                  verify_tls: bool = True):
@@ -112,6 +117,29 @@ class KubernetesDriver:
             ready=(deployment.status.ready_replicas or 0) if deployment.status else 0,
             updated_at_resource_version=deployment.metadata.resource_version or "",
         )
+
+    def endpoints(self, workload: Workload) -> dict[str, bool]:
+        """The workload's pods (pod name → routable: not labelled ejected by a breaker)."""
+        try:
+            deployment = self._apps.read_namespaced_deployment(
+                workload.deployment, workload.namespace, _request_timeout=self._timeout
+            )
+            labels = (deployment.spec.selector.match_labels or {}) if deployment.spec.selector else {}
+            selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+            pods = self._core.list_namespaced_pod(workload.namespace, label_selector=selector,
+                                                  _request_timeout=self._timeout)
+        except (ApiException, HTTPError, OSError) as exc:
+            raise _driver_error(f"list pods of {workload.namespace}/{workload.deployment}", exc) from None
+        return {pod.metadata.name: (pod.metadata.labels or {}).get(EJECTED_LABEL) != "true" for pod in pods.items}
+
+    def set_routable(self, namespace: str, pod: str, routable: bool) -> None:
+        """Label the pod ejected (or remove the label): the route's endpoints leave ejected pods out.
+        A merge patch of one label: idempotent, and it touches nothing else on the pod."""
+        body = {"metadata": {"labels": {EJECTED_LABEL: None if routable else "true"}}}
+        try:
+            self._core.patch_namespaced_pod(pod, namespace, body, _request_timeout=self._timeout)
+        except (ApiException, HTTPError, OSError) as exc:
+            raise _driver_error(f"label pod {namespace}/{pod}", exc) from None
 
     def added_pods_ready_at(self, workload: Workload, since: datetime, count: int) -> datetime | None:
         where = f"{workload.namespace}/{workload.deployment}"

@@ -98,6 +98,11 @@ QUERIES: dict[str, str] = {
 }
 # Per replica: the queue of each ready replica (the HPA core's per-pod metric).
 WAITING_PER_REPLICA = "sum by ({by}, {replica}) (vllm:num_requests_waiting{{{sel}}})"
+# Per replica: the API's answers and its 5xx over a window, for the endpoint circuit breakers.
+ENDPOINT_REQUESTS = ("sum by ({by}, {replica}) (increase(http_requests_total{{handler=~\"/v1/.*\"}}[{w}])"
+                     + _POD_JOIN + ")")
+ENDPOINT_FAILURES = ("sum by ({by}, {replica}) (increase(http_requests_total{{handler=~\"/v1/.*\",status=~\"5..\"}}[{w}])"
+                     + _POD_JOIN + ")")
 # Freshness: the oldest last-scrape time per pool, for each source family.
 FRESHNESS = {
     "vllm": "min by ({by}) (timestamp(vllm:num_requests_running{{{sel}}}))",
@@ -189,6 +194,28 @@ class PrometheusSignalSource:
             for pool in pools
         }
         return SignalRead(signals, errors)
+
+    def endpoint_counts(self, pools: Sequence[PoolSelector], window: str,
+                        at_s: float | None = None) -> dict[str, dict[str, tuple[int, int]]]:
+        """Each pool's pods: (API requests, 5xx answers) over `window`, rounded (increase() extrapolates).
+
+        A pod with requests and no 5xx series has 0 failures. Raises on a failed query: a breaker
+        must not read "no failures" from a Prometheus that did not answer.
+        """
+        at_s = time.time() if at_s is None else at_s
+        labels, replica = self.config.labels, self.config.labels.replica_label
+        keys = {self._key(pool.labels): pool.name for pool in pools}
+        counts: dict[str, dict[str, list[int]]] = {pool.name: {} for pool in pools}
+        for index, template in enumerate((ENDPOINT_REQUESTS, ENDPOINT_FAILURES)):
+            for series in self._query(render(template, labels, window), at_s):
+                metric = series.get("metric", {})
+                pool_name, point = keys.get(self._key(metric)), _sample(series)
+                pod = str(metric.get(replica, ""))
+                if pool_name is None or point is None or not pod or not math.isfinite(point[0]):
+                    continue
+                counts[pool_name].setdefault(pod, [0, 0])[index] = max(0, round(point[0]))
+        return {name: {pod: (total, min(failed, total)) for pod, (total, failed) in pods.items()}
+                for name, pods in counts.items()}
 
     def rate_history(self, pools: Sequence[PoolSelector], start_s: float, end_s: float,
                      step_s: float) -> dict[str, list[tuple[float, float]]]:

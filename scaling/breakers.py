@@ -1,0 +1,222 @@
+"""Circuit breakers live: the engine's state machine (scaling/engine/breakers.py) per endpoint (a pod of a
+pool) and per pool, its state in CircuitBreaker rows, each transition a BreakerTransition and an audit record.
+
+An open endpoint breaker ejects its pod from the route: the pod gets the label `headroom.io/ejected=true`
+(scaling/drivers/kubernetes.py), which the route's endpoints leave out; a closed one removes the label.
+Half-open re-admits the pod so that it takes the probe requests whose outcome closes or re-opens it.
+Ejecting every endpoint would turn an error rate into an outage: when all are open, all stay in
+(`routable_endpoints`). A person may force a breaker open or closed; the evaluation leaves it alone
+until released. Labels are reconciled from the rows on every evaluation, so a worker that died between
+the commit and the label write leaves nothing wrong for longer than a tick.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.models import Pool
+from scaling import traffic
+from scaling.choices import BreakerScope, BreakerState
+from scaling.drivers.cluster import ClusterDriver
+from scaling.drivers.registry import cluster_driver, workload_of
+from scaling.engine import breakers as engine
+from scaling.drivers.signals import PoolSelector
+from scaling.models import BreakerTransition, CircuitBreaker
+
+logger = logging.getLogger(__name__)
+# Closed breakers judge the failures of this window (the engine's); half-open ones the probes of the last
+# beat interval only: ejected at least `open_for_s` (30 s) earlier, the pod's old failures are outside it.
+CLOSED_WINDOW, PROBE_WINDOW = "1m", "15s"
+
+AUTO = traffic.AUTO
+
+
+class BreakerConflict(traffic.ShiftConflict):
+    pass
+
+
+def _thresholds(breaker: CircuitBreaker) -> engine.BreakerThresholds:
+    return engine.BreakerThresholds(failure_ratio=breaker.failure_ratio, min_requests=breaker.min_requests,
+                                    open_for_s=breaker.open_for_s)
+
+
+def _breaker(scope: str, pool: Pool, endpoint: str, now: datetime) -> CircuitBreaker:
+    """The locked row of a breaker, created closed with the scope's default thresholds on first sight."""
+    defaults = engine.DEFAULT_THRESHOLDS[scope]
+    try:
+        with transaction.atomic():
+            CircuitBreaker.objects.get_or_create(
+                scope=scope, pool=pool, endpoint=endpoint,
+                defaults={"since": now, "failure_ratio": defaults.failure_ratio, "min_requests": defaults.min_requests,
+                          "open_for_s": defaults.open_for_s})
+    except IntegrityError:
+        pass  # another worker created it a moment ago
+    return CircuitBreaker.objects.select_for_update(of=("self",)).select_related("pool__team").get(
+        scope=scope, pool=pool, endpoint=endpoint)
+
+
+def _move(breaker: CircuitBreaker, target: str, actor: core.Actor, reason: str, now: datetime) -> None:
+    before, source = core.snapshot(breaker), breaker.state
+    breaker.state, breaker.since, breaker.probe_successes = target, now, 0
+    breaker.save()
+    BreakerTransition.objects.create(breaker=breaker, at=now, from_state=source, to_state=target,
+                                     actor_name=actor.name, channel=actor.channel, reason=reason)
+    core.record(actor, f"breaker-{target}", breaker, before=before, team=breaker.pool.team if breaker.pool else None)
+
+
+def _step(breaker: CircuitBreaker, counts: engine.WindowCounts, now: datetime) -> None:
+    breaker.last_counts = {"requests": counts.requests, "failures": counts.failures, "at": now.isoformat()}
+    if breaker.forced:
+        breaker.last_reasons = [f"forced {breaker.state} by a person"]
+        breaker.save()
+        return
+    state = engine.BreakerState(breaker.state, breaker.since.timestamp(), breaker.probe_successes)
+    decision = engine.decide_breaker(now.timestamp(), counts, _thresholds(breaker), state)
+    breaker.last_reasons = list(decision.reasons)
+    if decision.transition is not None:
+        _move(breaker, decision.state.state, AUTO, "; ".join(decision.reasons), now)
+    else:
+        breaker.probe_successes = decision.state.probe_successes
+        breaker.save()
+
+
+def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime | None = None,
+             driver: ClusterDriver | None = None) -> dict[str, str]:
+    """One evaluation of a pool's endpoint breakers and its pool breaker, from each pod's requests and
+    failures (over the breaker window while closed; since the last evaluation while half-open).
+    Returns pod → breaker state after the labels were reconciled."""
+    now = now or timezone.now()
+    # Every known endpoint steps, with or without requests: an ejected pod gets none, and its cool-down
+    # must still end in the probes.
+    known = CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool).values_list("endpoint", flat=True)
+    with transaction.atomic():
+        for endpoint in sorted(set(counts) | set(known)):
+            _step(_breaker(BreakerScope.ENDPOINT, pool, endpoint, now), counts.get(endpoint, engine.WindowCounts(0, 0)),
+                  now)
+        total = engine.WindowCounts(sum(c.requests for c in counts.values()), sum(c.failures for c in counts.values()))
+        _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
+    return reconcile(pool, driver)
+
+
+def evaluate_system(counts: engine.WindowCounts, now: datetime | None = None) -> CircuitBreaker:
+    """The system breaker over every pool's answers together (0.5 % by default): open means the whole
+    fleet is failing; it ejects nothing, its transitions are recorded and audited."""
+    now = now or timezone.now()
+    defaults = engine.SYSTEM_THRESHOLDS
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                CircuitBreaker.objects.get_or_create(
+                    scope=BreakerScope.SYSTEM, pool=None, endpoint="",
+                    defaults={"since": now, "failure_ratio": defaults.failure_ratio,
+                              "min_requests": defaults.min_requests, "open_for_s": defaults.open_for_s})
+        except IntegrityError:
+            pass
+        breaker = CircuitBreaker.objects.select_for_update().get(scope=BreakerScope.SYSTEM, pool=None, endpoint="")
+        _step(breaker, counts, now)
+    return breaker
+
+
+def reconcile(pool: Pool, driver: ClusterDriver | None = None) -> dict[str, str]:
+    """Label the pool's pods after their breakers: open ones ejected (unless all would be), others routable."""
+    driver = driver or cluster_driver(pool.cluster)
+    pods = driver.endpoints(workload_of(pool))
+    states = dict(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool, endpoint__in=list(pods))
+                  .values_list("endpoint", "state"))
+    engine_states = {pod: engine.BreakerState(states.get(pod, BreakerState.CLOSED)) for pod in pods}
+    # Half-open pods take the probes: routable like closed ones, only open ones leave.
+    kept = set(engine.routable_endpoints({pod: engine.BreakerState(
+        engine.CLOSED if state.state != engine.OPEN else engine.OPEN) for pod, state in engine_states.items()}))
+    for pod, routable in sorted(pods.items()):
+        if (pod in kept) != routable:
+            driver.set_routable(pool.namespace, pod, pod in kept)
+    return {pod: states.get(pod, BreakerState.CLOSED) for pod in pods}
+
+
+def force(breaker_id: int, state: str, actor: core.Actor, comment: str = "", driver: ClusterDriver | None = None,
+          now: datetime | None = None) -> CircuitBreaker:
+    """A person opens or closes a breaker and holds it there; `release` hands it back to the evaluation."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        breaker = CircuitBreaker.objects.select_for_update(of=("self",)).select_related("pool__team", "pool__cluster") \
+            .get(pk=breaker_id)
+        if breaker.pool is not None:
+            traffic._check_may_act(actor, breaker.pool)
+        if state == "release":
+            if not breaker.forced:
+                raise BreakerConflict(f"Breaker #{breaker.pk} is not forced: nothing to release.")
+            breaker.forced = False
+            breaker.save()
+            core.record(actor, "breaker-release", breaker, team=breaker.pool.team if breaker.pool else None)
+        else:
+            breaker.forced = True
+            if breaker.state != state:
+                _move(breaker, state, actor, comment or f"forced {state} by {actor.name}", now)
+            else:
+                breaker.save()
+    if breaker.pool is not None and breaker.scope == BreakerScope.ENDPOINT:
+        reconcile(breaker.pool, driver)
+    return breaker
+
+
+
+def read_counts(pools: list[Pool], now: datetime) -> dict[int, dict[str, engine.WindowCounts]]:
+    """Each pool's pods' requests and failures from the cluster's Prometheus: over the closed window for
+    pods whose breaker is closed, over the probe window for half-open ones."""
+    from scaling import loop  # the loop builds the cluster's signal source
+
+    source = loop._signal_source(pools[0].cluster)
+    if source is None:
+        return {}
+    selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools]
+    closed = source.endpoint_counts(selectors, CLOSED_WINDOW, now.timestamp())
+    probes = source.endpoint_counts(selectors, PROBE_WINDOW, now.timestamp())
+    half_open = set(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool__in=pools,
+                                                  state=BreakerState.HALF_OPEN).values_list("pool_id", "endpoint"))
+    counts: dict[int, dict[str, engine.WindowCounts]] = {}
+    for pool in pools:
+        pods = {pod: engine.WindowCounts(*pair) for pod, pair in closed[str(pool.pk)].items()}
+        for pod, pair in probes[str(pool.pk)].items():
+            if (pool.pk, pod) in half_open:
+                pods[pod] = engine.WindowCounts(*pair)
+        for pod in [pod for pod in pods if (pool.pk, pod) in half_open and pod not in probes[str(pool.pk)]]:
+            pods[pod] = engine.WindowCounts(0, 0)  # no probe yet
+        counts[pool.pk] = pods
+    return counts
+
+
+def advance(now: datetime | None = None) -> dict[str, int]:
+    """Evaluate every pool's breakers from Prometheus, one cluster at a time. A failed read evaluates nothing
+    for its cluster (an unknown is no verdict); one pool's failure never stops the others."""
+    now = now or timezone.now()
+    counts = {"evaluated": 0, "errors": 0}
+    system = [0, 0]  # requests and failures over every pool read
+    by_cluster: dict[int, list[Pool]] = {}
+    for pool in Pool.objects.select_related("cluster", "team").order_by("pk"):
+        by_cluster.setdefault(pool.cluster_id, []).append(pool)
+    for pools in by_cluster.values():
+        try:
+            read = read_counts(pools, now)
+        except Exception:  # noqa: BLE001 - logged; the next beat reads again
+            counts["errors"] += 1
+            logger.exception("reading endpoint counts of cluster %s failed", pools[0].cluster)
+            continue
+        for pool in pools:
+            if pool.pk not in read:
+                continue
+            for window in read[pool.pk].values():
+                system[0] += window.requests
+                system[1] += window.failures
+            try:
+                evaluate(pool, read[pool.pk], now)
+                counts["evaluated"] += 1
+            except Exception:  # noqa: BLE001
+                counts["errors"] += 1
+                logger.exception("evaluating the breakers of %s failed", pool)
+    if counts["evaluated"]:
+        evaluate_system(engine.WindowCounts(*system), now)
+    return counts

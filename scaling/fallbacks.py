@@ -1,0 +1,456 @@
+"""Fallback activations live: each tick decides with the engine (scaling/engine/fallback.py) and moves
+the route's weights between a pool's backend and its fallback pool's backend (design.md §5).
+
+Like a traffic shift, a decision is committed under the policy's row lock first (the activation's
+phase and `target_percent`, an event and an audit record), and the route is written after the commit:
+a worker killed before or during the write leaves a row that says what to write, and the router's
+premise makes a re-run write nothing when the weights are already there.
+
+One writer per route: an automatic entry is refused while a traffic shift moves traffic on the same
+route (the shift's guard would fight the fallback's weights), and a shift cannot start while a
+fallback is open on its route (scaling/traffic.py). The refusal is recorded on the policy's last
+decision and tried again next tick; a person can still force an activation once the shift has ended.
+
+The return is gradual: the engine steps the share down (`return_steps`, each held), and each step is a
+write of its own; the activation ends (`restored`) once 0 % is on the route and read back.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from controlplane import services as core
+from controlplane.models import Pool
+from scaling import traffic
+from scaling.choices import FALLBACK_OPEN_PHASES, SHIFT_ACTIVE_PHASES, FallbackPhase
+from scaling.drivers.cluster import DriverError
+from scaling.drivers.registry import route_router
+from scaling.drivers.routing import RoutePremiseChanged, RouteRef, Router, WeightPremise
+from scaling.engine import fallback as engine
+from scaling.engine.shifting import pair_weights
+from scaling.engine.signals import PoolSignals, Reading
+from scaling.models import FallbackActivation, FallbackEvent, FallbackPolicy, PlannerMemory, PoolStatus, TrafficShift
+
+logger = logging.getLogger(__name__)
+AUTO = traffic.AUTO
+
+
+class FallbackError(traffic.ShiftError):
+    """Base of the errors a caller turns into an answer."""
+
+
+class InvalidFallback(traffic.InvalidShift):
+    pass
+
+
+class FallbackForbidden(traffic.ShiftForbidden):
+    pass
+
+
+class FallbackConflict(FallbackError):
+    status_code = 409
+
+    def __init__(self, message: str, activation: FallbackActivation | None = None) -> None:
+        super().__init__(message)
+        self.activation = activation
+
+    def payload(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"detail": str(self)}
+        if self.activation is not None:
+            body.update(id=self.activation.pk, phase=self.activation.phase)
+        return body
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def engine_policy(policy: FallbackPolicy) -> engine.FallbackPolicy:
+    return engine.FallbackPolicy(
+        entry_after_s=policy.entry_after_s, exit_after_s=policy.exit_after_s,
+        exit_latency_ratio=policy.exit_latency_ratio, max_share=policy.max_share,
+        min_share=min(engine.FallbackPolicy.min_share, policy.max_share),
+        return_step_hold_s=policy.return_step_hold_s,
+        classes=frozenset(policy.classes),
+    )
+
+
+def _state_of(policy: FallbackPolicy) -> engine.FallbackState:
+    raw = dict(policy.state or {})
+    raw["recent_demand"] = tuple(tuple(pair) for pair in raw.get("recent_demand", ()))
+    known = {f.name for f in dataclasses.fields(engine.FallbackState)}
+    return engine.FallbackState(**{key: value for key, value in raw.items() if key in known})
+
+
+def _memory(pool: Pool, now: datetime) -> tuple[dict[str, Any], float | None]:
+    """The signals the control loop stored for `pool` at its last tick and their age (None: none)."""
+    memory = PlannerMemory.objects.filter(pool=pool).only("last_signals", "last_decision").first()
+    read_at = parse_datetime((memory.last_decision or {}).get("at", "")) if memory else None
+    if read_at is None:
+        return {}, None
+    return memory.last_signals or {}, (now - read_at).total_seconds()
+
+
+def pool_signals(pool: Pool, now: datetime) -> PoolSignals:
+    """The loop's last readings for `pool`, aged; replicas from its last observed status."""
+    stored, age = _memory(pool, now)
+    readings = {name: Reading(float(value), age) for name, value in stored.items()
+                if value is not None and name in PoolSignals.__dataclass_fields__ and name != "pool"}
+    status = PoolStatus.objects.filter(pool=pool).first()
+    if status is not None:
+        status_age = (now - status.observed_at).total_seconds()
+        readings.update(ready_replicas=Reading(status.ready_replicas, status_age),
+                        desired_replicas=Reading(status.desired_replicas, status_age))
+    return PoolSignals(pool=pool.name, **readings)
+
+
+def _rate(signals: PoolSignals) -> float | None:
+    return float(signals.request_rate_rps.value) if signals.request_rate_rps.is_known else None  # type: ignore[arg-type]
+
+
+def decide(policy: FallbackPolicy, now: datetime) -> engine.FallbackDecision:
+    """The engine's decision for the policy's pool this tick, from the loop's stored signals."""
+    from scaling import loop  # the loop imports the services this module's callers use
+
+    primary, fallback = policy.pool, policy.pool.fallback_pool
+    if fallback is None:
+        return engine.FallbackDecision(0.0, engine.INACTIVE, ("the pool has no fallback pool",), _state_of(policy))
+    signals, fallback_signals = pool_signals(primary, now), pool_signals(fallback, now)
+    rates = [_rate(signals), _rate(fallback_signals)]
+    # The route's demand is both pools' rates: diverted requests are still demand on the primary.
+    demand = sum(rate for rate in rates if rate is not None) if rates[0] is not None else math.nan
+    ready = fallback_signals.ready_replicas
+    fallback_capacity = (float(ready.value) * fallback.replica_capacity_rps  # type: ignore[arg-type]
+                         if ready.is_known else math.inf)
+    eligible = policy.eligible_share if policy.classes else 0.0  # no class may fall back: nothing is eligible
+    return engine.fallback_step(now.timestamp(), signals, loop.pool_plan(primary), _state_of(policy),
+                                engine_policy(policy), demand_rps=demand, eligible_share=eligible,
+                                fallback_capacity_rps=fallback_capacity)
+
+
+def route_percent_for(policy: FallbackPolicy, share: float) -> int:
+    """The fallback backend's share of the pair's route weight, in percent, for a share of the eligible traffic.
+    Rounded up: the primary keeps at most what its ready replicas serve."""
+    return max(0, min(100, math.ceil(100 * share * policy.eligible_share - 1e-6)))
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+def _event(activation: FallbackActivation, kind: str, source: str, actor: core.Actor, comment: str = "",
+           **data: Any) -> FallbackEvent:
+    return FallbackEvent.objects.create(activation=activation, kind=kind, from_phase=source, to_phase=activation.phase,
+                                        share=activation.share, actor_name=actor.name, channel=actor.channel,
+                                        comment=comment, data=data)
+
+
+def _transition(activation: FallbackActivation, target: str, kind: str, actor: core.Actor, comment: str,
+                **data: Any) -> None:
+    before, source = core.snapshot(activation), activation.phase
+    activation.phase = target
+    if target not in FALLBACK_OPEN_PHASES:
+        activation.finished_at = timezone.now()
+    activation.save()
+    _event(activation, kind, source, actor, comment, **data)
+    core.record(actor, f"fallback-{kind}", activation, before=before, team=activation.pool.team)
+
+
+def _open(pool: Pool) -> FallbackActivation | None:
+    return FallbackActivation.objects.select_for_update(of=("self",)).select_related(
+        "pool__team", "pool__cluster", "pool__fallback_pool").filter(pool=pool, phase__in=list(FALLBACK_OPEN_PHASES)).first()
+
+
+def _shift_on_route(policy: FallbackPolicy) -> TrafficShift | None:
+    pool = policy.pool
+    return TrafficShift.objects.filter(cluster=pool.cluster, router_kind=policy.router_kind,
+                                       route_namespace=pool.namespace, route_name=pool.route_name,
+                                       phase__in=list(SHIFT_ACTIVE_PHASES)).first()
+
+
+def _create(policy: FallbackPolicy, phase: str, share: float, actor: core.Actor, reasons: list[str], *,
+            forced: bool, router: Router | None = None) -> FallbackActivation:
+    """A new activation (entry decided; nothing written yet). Reads the route once for the pair's weights."""
+    pool, fallback = policy.pool, policy.pool.fallback_pool
+    if fallback is None:
+        raise InvalidFallback("pool", f"Pool {pool} has no fallback pool.")
+    if not pool.route_name or not pool.route_backend or not fallback.route_backend:
+        raise InvalidFallback("pool", f"Pool {pool} or its fallback {fallback} has no route (route_name, route_backend).")
+    if shift := _shift_on_route(policy):
+        raise FallbackConflict(f"Shift #{shift.pk} is moving traffic on route {pool.route_name} ({shift.phase}); "
+                               "one writer per route: roll it back or let it finish first.")
+    route = RouteRef(pool.namespace, pool.route_name)
+    try:
+        router = router or route_router(pool.cluster, policy.router_kind)
+        weights = router.read(route, {pool.route_backend, fallback.route_backend}).weights
+    except DriverError as exc:
+        raise traffic.RouteUnavailable(f"route {route.namespace}/{route.name} could not be read: {exc}") from None
+    for field, backend in (("pool", pool.route_backend), ("fallback_pool", fallback.route_backend)):
+        if backend not in weights:
+            raise InvalidFallback(field, f"the route {route.name} has no backend {backend!r}")
+    pair_total = weights[pool.route_backend] + weights[fallback.route_backend]
+    if pair_total == 0:
+        raise InvalidFallback("pool", f"{pool.route_backend} and {fallback.route_backend} carry no traffic on the route")
+    route_percent = round(100 * weights[fallback.route_backend] / pair_total)
+    activation = FallbackActivation.objects.create(
+        pool=pool, fallback_pool=fallback, router_kind=policy.router_kind, route_namespace=route.namespace,
+        route_name=route.name, primary_backend=pool.route_backend, fallback_backend=fallback.route_backend,
+        phase=phase, trigger="manual" if forced else "auto", forced=forced, share=share,
+        target_percent=route_percent_for(policy, share) if phase != FallbackPhase.WAITING_APPROVAL else route_percent,
+        route_percent=route_percent, pair_total=pair_total, start_weights=weights, reasons=reasons,
+        created_by=actor.user if actor.user and actor.user.is_authenticated else None, created_channel=actor.channel,
+    )
+    _event(activation, engine.ENTERED if phase == FallbackPhase.ACTIVE else "waiting_approval", "", actor,
+           "; ".join(reasons), target_percent=activation.target_percent)
+    core.record(actor, "fallback-entered" if phase == FallbackPhase.ACTIVE else "fallback-requested", activation,
+                team=pool.team)
+    return activation
+
+
+def _locked_policy(pool_id: int) -> FallbackPolicy:
+    return FallbackPolicy.objects.select_for_update(of=("self",)).select_related(
+        "pool__team", "pool__cluster", "pool__fallback_pool").get(pk=pool_id)
+
+
+# --- the tick -------------------------------------------------------------------------------------
+
+
+def _apply(policy: FallbackPolicy, decision: engine.FallbackDecision, activation: FallbackActivation | None,
+           router: Router | None, now: datetime) -> FallbackActivation | None:
+    """Turn one engine decision into the activation's phase and target (under the policy's lock)."""
+    reasons = list(decision.reasons)
+    policy.last_decision = {"phase": decision.phase, "share": round(decision.share, 4), "reasons": reasons,
+                            "overflow_share": round(decision.overflow_share, 4), "at": now.isoformat()}
+    if decision.event == engine.ENTERED and activation is None:
+        phase = FallbackPhase.WAITING_APPROVAL if policy.requires_approval else FallbackPhase.ACTIVE
+        try:
+            with transaction.atomic():
+                activation = _create(policy, phase, decision.share, AUTO, reasons, forced=False, router=router)
+        except (FallbackConflict, traffic.RouteUnavailable, InvalidFallback, IntegrityError) as exc:
+            # Not entered: the engine stays inactive and decides again next tick.
+            policy.last_decision["reasons"] = [*reasons, f"entry refused: {exc}"]
+            return None
+        policy.state = _state_dict(decision.state)
+        return activation
+    policy.state = _state_dict(decision.state)
+    if activation is None or activation.forced:
+        return activation
+    activation.share, activation.reasons = decision.share, reasons
+    waiting = activation.phase == FallbackPhase.WAITING_APPROVAL
+    if decision.event == engine.RESTORED:
+        if waiting:
+            _transition(activation, FallbackPhase.REJECTED, "lapsed", AUTO, "the overload passed before an approval")
+            return activation
+        activation.target_percent = 0
+        _transition(activation, FallbackPhase.RESTORING, engine.RESTORED, AUTO, "; ".join(reasons), target_percent=0)
+    elif waiting:
+        activation.save(update_fields=["share", "reasons", "updated_at"])
+    elif decision.event == engine.ENTERED:
+        # Entered again before the last return's 0 % was confirmed on the route: the same activation goes on.
+        activation.target_percent = route_percent_for(policy, decision.share)
+        _transition(activation, FallbackPhase.ACTIVE, engine.REACTIVATED, AUTO, "; ".join(reasons),
+                    target_percent=activation.target_percent)
+    elif decision.event == engine.RETURN_STARTED:
+        activation.target_percent = route_percent_for(policy, decision.share)
+        _transition(activation, FallbackPhase.RESTORING, engine.RETURN_STARTED, AUTO, "; ".join(reasons),
+                    target_percent=activation.target_percent)
+    elif decision.event == engine.REACTIVATED:
+        activation.target_percent = route_percent_for(policy, decision.share)
+        _transition(activation, FallbackPhase.ACTIVE, engine.REACTIVATED, AUTO, "; ".join(reasons),
+                    target_percent=activation.target_percent)
+    else:
+        target = route_percent_for(policy, decision.share)
+        if target != activation.target_percent:
+            activation.target_percent = target
+            _event(activation, "share", activation.phase, AUTO, "; ".join(reasons), target_percent=target)
+        activation.save()
+    return activation
+
+
+def _state_dict(state: engine.FallbackState) -> dict[str, Any]:
+    raw = dataclasses.asdict(state)
+    raw["recent_demand"] = [list(pair) for pair in state.recent_demand]
+    return raw
+
+
+def tick(pool_id: int, router: Router | None = None, now: datetime | None = None) -> FallbackActivation | None:
+    """Decide for one policy under its row lock, then write what the committed activation wants."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        policy = _locked_policy(pool_id)
+        if not policy.enabled:
+            return None
+        activation = _open(policy.pool)
+        if activation is None or not activation.forced:
+            activation = _apply(policy, decide(policy, now), activation, router, now)
+        policy.save(update_fields=["state", "last_decision", "updated_at"])
+    if activation is None or not activation.is_open:
+        return activation
+    return write(activation.pk, router)
+
+
+def write(activation_id: int, router: Router | None = None) -> FallbackActivation:
+    """Put the activation's target on the route (nothing when it is there already) and record it."""
+    activation = FallbackActivation.objects.select_related("pool__cluster", "pool__team").get(pk=activation_id)
+    if not activation.is_open or activation.phase == FallbackPhase.WAITING_APPROVAL:
+        return activation
+    target_percent, confirmed = activation.target_percent, activation.route_percent
+    pending_restore = activation.phase == FallbackPhase.RESTORING and target_percent == 0
+    if target_percent == confirmed and not pending_restore:
+        return activation
+
+    def weights_at(percent: int) -> dict[str, int]:
+        primary, fallback = pair_weights(activation.pair_total, percent)
+        return {activation.primary_backend: primary, activation.fallback_backend: fallback}
+
+    def still_wanted() -> str | None:
+        if FallbackActivation.objects.filter(pk=activation.pk, target_percent=target_percent,
+                                             phase__in=list(FALLBACK_OPEN_PHASES)).exists():
+            return None
+        return f"fallback #{activation.pk} no longer wants {target_percent} %"
+
+    try:
+        router = router or route_router(activation.pool.cluster, activation.router_kind)
+        outcome = router.set_weights(RouteRef(activation.route_namespace, activation.route_name),
+                                     weights_at(target_percent), WeightPremise((weights_at(confirmed),), still_wanted))
+    except Exception as exc:  # noqa: BLE001 - recorded on the activation; retried next tick
+        message = str(exc) if isinstance(exc, DriverError) else f"unexpected {type(exc).__name__}: {exc}"
+        with transaction.atomic():
+            activation = FallbackActivation.objects.select_for_update().get(pk=activation_id)
+            activation.last_error = message
+            activation.save(update_fields=["last_error", "updated_at"])
+            note = "the route changed under the fallback: nothing written" if isinstance(exc, RoutePremiseChanged) \
+                else "write failed, retried next tick"
+            _event(activation, "write_failed", activation.phase, AUTO, f"{note}: {message}")
+        return activation
+    with transaction.atomic():
+        activation = FallbackActivation.objects.select_for_update(of=("self",)).select_related("pool__team") \
+            .get(pk=activation_id)
+        if activation.target_percent != target_percent or not activation.is_open:
+            return activation
+        activation.route_percent, activation.last_error = target_percent, ""
+        note = "written and read back" if outcome.wrote else "already on the route: nothing written"
+        data = {"weights": outcome.weights, "wrote": outcome.wrote, "conflicts": outcome.conflicts}
+        if activation.phase == FallbackPhase.RESTORING and target_percent == 0:
+            _transition(activation, FallbackPhase.RESTORED, "route_restored", AUTO,
+                        f"all traffic back on {activation.primary_backend}: {note}", **data)
+        else:
+            activation.save()
+            _event(activation, "written", activation.phase, AUTO, f"{target_percent} % to "
+                                                                  f"{activation.fallback_backend} {note}", **data)
+    return activation
+
+
+def advance(now: datetime | None = None) -> dict[str, int]:
+    """Tick every enabled policy, and finish the writes of open activations. One failure never stops the others."""
+    counts = {"ticked": 0, "errors": 0}
+    for pool_id in FallbackPolicy.objects.filter(enabled=True).order_by("pk").values_list("pk", flat=True):
+        try:
+            tick(pool_id, now=now)
+            counts["ticked"] += 1
+        except Exception:  # noqa: BLE001 - logged; the next beat tries again
+            counts["errors"] += 1
+            logger.exception("fallback tick for pool #%s failed", pool_id)
+    for activation_id in FallbackActivation.objects.filter(phase__in=list(FALLBACK_OPEN_PHASES), forced=True) \
+            .values_list("pk", flat=True):
+        try:
+            write(activation_id)
+        except Exception:  # noqa: BLE001
+            counts["errors"] += 1
+            logger.exception("fallback #%s write failed", activation_id)
+    return counts
+
+
+# --- a person's actions ---------------------------------------------------------------------------
+
+
+def _check_may_act(actor: core.Actor, policy: FallbackPolicy) -> None:
+    try:
+        traffic._check_may_act(actor, policy.pool, policy.pool.fallback_pool)
+    except traffic.ShiftForbidden as exc:
+        raise FallbackForbidden(str(exc).replace("Moving traffic", "A fallback")) from None
+
+
+def _policy_for(pool: Pool) -> FallbackPolicy:
+    policy = FallbackPolicy.objects.select_related("pool__team", "pool__cluster", "pool__fallback_pool").filter(pool=pool).first()
+    if policy is None or policy.pool.fallback_pool_id is None:
+        raise InvalidFallback("pool", f"Pool {pool} has no fallback pool and policy; configure them first.")
+    return policy
+
+
+def activate(pool: Pool, share: float, actor: core.Actor, comment: str = "",
+             router: Router | None = None) -> FallbackActivation:
+    """A person sends `share` of the pool's eligible traffic to its fallback now; it stays until a person restores.
+    Idempotent: an open forced activation at the same share is returned unchanged."""
+    if not 0.0 < share <= 1.0:
+        raise InvalidFallback("share", f"share must be above 0 and at most 1; got {share}.")
+    policy = _policy_for(pool)
+    _check_may_act(actor, policy)
+    with transaction.atomic():
+        policy = _locked_policy(pool.pk)
+        activation = _open(pool)
+        reason = comment or f"activated by {actor.name} at {share:.0%}"
+        if activation is None:
+            activation = _create(policy, FallbackPhase.ACTIVE, share, actor, [reason], forced=True, router=router)
+        elif not (activation.forced and activation.share == share and activation.phase == FallbackPhase.ACTIVE):
+            activation.forced, activation.share = True, share
+            activation.target_percent = route_percent_for(policy, share)
+            activation.trigger = "manual"
+            _transition(activation, FallbackPhase.ACTIVE, "forced", actor, reason,
+                        target_percent=activation.target_percent)
+        # The engine follows the person's activation: its return starts from this share.
+        state = _state_of(policy)
+        policy.state = _state_dict(dataclasses.replace(state, phase=engine.ACTIVE, share=share, since_s=None,
+                                                       calm_since_s=None))
+        policy.save(update_fields=["state", "updated_at"])
+    return write(activation.pk, router)
+
+
+def restore(pool: Pool, actor: core.Actor, comment: str = "", router: Router | None = None) -> FallbackActivation:
+    """A person sends all the pool's traffic back to it now (one write); 409 when no fallback is open."""
+    policy = _policy_for(pool)
+    _check_may_act(actor, policy)
+    with transaction.atomic():
+        policy = _locked_policy(pool.pk)
+        activation = _open(pool)
+        if activation is None:
+            raise FallbackConflict(f"No fallback is open for {pool}: nothing to restore.")
+        if activation.phase == FallbackPhase.WAITING_APPROVAL:
+            _transition(activation, FallbackPhase.REJECTED, "rejected", actor, comment or "entry rejected")
+        else:
+            activation.target_percent, activation.share = 0, 0.0
+            _transition(activation, FallbackPhase.RESTORING, "restore", actor, comment or f"restored by {actor.name}",
+                        target_percent=0)
+        policy.state = _state_dict(engine.FallbackState(since_s=None))
+        policy.save(update_fields=["state", "updated_at"])
+    if activation.phase == FallbackPhase.REJECTED:
+        return activation
+    return write(activation.pk, router)
+
+
+def approve(pool: Pool, actor: core.Actor, comment: str = "", router: Router | None = None) -> FallbackActivation:
+    """Approve the entry a pool's policy waits for: its current share goes on the route now."""
+    policy = _policy_for(pool)
+    _check_may_act(actor, policy)
+    with transaction.atomic():
+        policy = _locked_policy(pool.pk)
+        activation = _open(pool)
+        if activation is None or activation.phase != FallbackPhase.WAITING_APPROVAL:
+            raise FallbackConflict(f"No fallback entry of {pool} waits for approval.", activation)
+        activation.target_percent = route_percent_for(policy, activation.share)
+        _transition(activation, FallbackPhase.ACTIVE, "approved", actor, comment or f"approved by {actor.name}",
+                    target_percent=activation.target_percent)
+    return write(activation.pk, router)
+
+
+def open_on_route(cluster_id: int, router_kind: str, namespace: str, route_name: str) -> FallbackActivation | None:
+    """The open fallback that writes this route's weights, if any (for the shift's one-writer rule)."""
+    return FallbackActivation.objects.filter(pool__cluster_id=cluster_id, router_kind=router_kind,
+                                             route_namespace=namespace, route_name=route_name,
+                                             phase__in=list(FALLBACK_OPEN_PHASES)).first()
+
