@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from controlplane import config
+from controlplane import config, netguard
 from controlplane.choices import (
     Channel,
     PriorityTier,
@@ -101,6 +101,12 @@ class Cluster(models.Model):
                 parse(getattr(self, field))
             except ValueError as exc:
                 errors[field] = str(exc)
+        # A courtesy at save time; the guard that counts runs at every connect (host names, DNS rebinding).
+        for field in ("kube_api_url", "prometheus_url"):
+            url = getattr(self, field)
+            reason = netguard.literal_refusal(url, netguard.CLUSTERS) if url else None
+            if reason:
+                errors[field] = f"Headroom does not connect there: {reason}."
         if errors:
             raise ValidationError(errors)
 

@@ -54,6 +54,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_networks(name: str, default: list[str]) -> list[str]:
+    """Comma-separated IP networks (`10.0.8.0/24,fd00::/8`); a malformed one stops start-up."""
+    networks = env_list(name, default)
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {network!r} is not a network (e.g. 10.0.8.0/24)") from None
+    return networks
+
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
@@ -259,12 +270,11 @@ WEBHOOKS_ENABLED = env_bool("WEBHOOKS_ENABLED", False)
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
 # Outbound notifications (Slack, webhooks) may reach only public addresses; these networks are the
 # admin's exceptions (e.g. an internal PagerDuty relay). Checked when each connection is made.
-OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS", [])
-for _network in OUTBOUND_ALLOWED_NETWORKS:
-    try:
-        ipaddress.ip_network(_network, strict=False)
-    except ValueError:
-        raise ImproperlyConfigured(f"OUTBOUND_ALLOWED_NETWORKS: {_network!r} is not a network (e.g. 10.0.8.0/24)") from None
+OUTBOUND_ALLOWED_NETWORKS = env_networks("OUTBOUND_ALLOWED_NETWORKS", [])
+# Cluster APIs and Prometheus servers usually sit on internal networks: the admin names them here, and
+# nothing else internal (loopback, link-local metadata services, other private ranges) is ever reached
+# through a cluster's URLs. Empty in production; the demo (DEBUG) runs its sandbox on loopback.
+CLUSTER_ALLOWED_NETWORKS = env_networks("CLUSTER_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"] if DEBUG else [])
 OUTBOUND_TIMEOUT_S = env_int("OUTBOUND_TIMEOUT_S", 10, minimum=1)  # one send, redirects included
 OUTBOUND_MAX_REDIRECTS = env_int("OUTBOUND_MAX_REDIRECTS", 3, minimum=0)
 # Failed deliveries retry after 30 s, 1 min, 2 min, … up to NOTIFY_RETRY_MAX_S, at most NOTIFY_MAX_ATTEMPTS times.

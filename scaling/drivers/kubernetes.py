@@ -6,6 +6,8 @@ Where KEDA owns the Deployment, the ScaledObject's minReplicaCount is raised ins
 spec.replicas of an autoscaled Deployment would be undone by its HPA. Every write re-checks its
 premise on each read (the first and the one after each 409) and writes nothing when it no longer holds.
 Authenticates with a bearer token or a kubeconfig's current context (`KubeCredentials`).
+Every connection goes through the connect-time address guard with `CLUSTER_ALLOWED_NETWORKS`
+(`controlplane.netguard`): a cluster's address is an admin's input, never a way into our own network.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
+from controlplane import netguard
 from scaling.drivers.cluster import DriverError, PremiseChanged, ReplicaStatus, ScaleOutcome, ScalePremise, Workload
 
 MAX_CONFLICT_RETRIES = 5
@@ -48,6 +51,8 @@ def _ready_since(pod: client.V1Pod) -> datetime | None:
 
 
 def _driver_error(action: str, exc: Exception) -> DriverError:
+    if isinstance(exc, netguard.OutboundRefused):
+        return DriverError(f"{action}: {exc}", permanent=True)
     if isinstance(exc, ApiException):
         permanent = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 409, 429)
         return DriverError(f"{action}: HTTP {exc.status}: {_api_message(exc)}", permanent=permanent, status=exc.status)
@@ -87,6 +92,8 @@ class KubernetesDriver:
         if credentials.ca_file:
             configuration.ssl_ca_cert = credentials.ca_file
         self._api_client = client.ApiClient(configuration)
+        # Every connection to the API server goes through the address guard (no proxy is ever configured).
+        self._api_client.rest_client.pool_manager.pool_classes_by_scheme = netguard.checked_pool_classes(netguard.CLUSTERS)
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
         self._core = client.CoreV1Api(self._api_client)
@@ -100,7 +107,7 @@ class KubernetesDriver:
             deployment = self._apps.read_namespaced_deployment(
                 workload.deployment, workload.namespace, _request_timeout=self._timeout
             )
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, netguard.OutboundRefused) as exc:
             raise _driver_error(f"read deployment {workload.namespace}/{workload.deployment}", exc) from None
         return ReplicaStatus(
             desired=deployment.spec.replicas or 0,
@@ -118,7 +125,7 @@ class KubernetesDriver:
             selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
             pods = self._core.list_namespaced_pod(workload.namespace, label_selector=selector,
                                                   _request_timeout=self._timeout)
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, netguard.OutboundRefused) as exc:
             raise _driver_error(f"list pods of {where}", exc) from None
         # Kubernetes timestamps have whole seconds: a pod created within the second of the write counts.
         floor = since.replace(microsecond=0)
@@ -163,7 +170,7 @@ class KubernetesDriver:
                     conflicts += 1
                     continue  # someone wrote in between: re-read and decide again
                 raise _driver_error(f"scale deployment {where}", exc) from None
-            except (HTTPError, OSError) as exc:
+            except (HTTPError, OSError, netguard.OutboundRefused) as exc:
                 raise _driver_error(f"scale deployment {where}", exc) from None
 
     def _scale_keda(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
@@ -204,5 +211,5 @@ class KubernetesDriver:
                     conflicts += 1
                     continue
                 raise _driver_error(f"scale ScaledObject {where}", exc) from None
-            except (HTTPError, OSError) as exc:
+            except (HTTPError, OSError, netguard.OutboundRefused) as exc:
                 raise _driver_error(f"scale ScaledObject {where}", exc) from None
