@@ -370,7 +370,10 @@ class AuditEvent(models.Model):
     team_lookups = ("team",)  # who owns it (see controlplane.permissions)
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    # No database constraint and no cascade: deleting a user or a team never touches their rows here
+    # (the log is append-only, in PostgreSQL too); the id stays, and the names say who and what it was.
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, db_constraint=False,
+                              null=True, blank=True, related_name="+")
     actor_name = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
     channel = models.CharField(max_length=16, choices=Channel.choices)
     action = models.CharField(max_length=32)
@@ -380,7 +383,8 @@ class AuditEvent(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
-    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True,
+                             related_name="+")
 
     objects = AuditEventQuerySet.as_manager()
 
