@@ -92,7 +92,7 @@ def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
 # Production is served over HTTPS only, behind a TLS proxy; the demo (DEBUG=1) over plain http on 127.0.0.1.
 HTTPS_ONLY = env_bool("HTTPS_ONLY", not DEBUG)
 SECURE_SSL_REDIRECT = HTTPS_ONLY
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the kubelet probes the pod itself, over plain http
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # the kubelet and Prometheus reach the pod itself, over plain http
 SESSION_COOKIE_SECURE = HTTPS_ONLY
 CSRF_COOKIE_SECURE = HTTPS_ONLY
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS_ONLY else 0, minimum=0)
@@ -133,6 +133,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.middleware.RequestIdMiddleware",  # first: every later log line of the request carries its id
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -141,7 +142,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.ContentSecurityPolicyMiddleware",
 ]
 
@@ -240,6 +240,7 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_ENABLED = env_bool("CELERY_ENABLED", False)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in-process
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through LOGGING below (JSON in production)
 
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)
@@ -291,10 +292,25 @@ API_TOKEN_PREFIX = "hr_"
 # A token issued without an expiry lives this many days (0: until revoked). Rotation bounds a leak.
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=0)
 
+# Who may read /metrics besides signed-in staff: Prometheus, with `Authorization: Bearer <METRICS_TOKEN>`
+# (a ServiceMonitor's authorization from a Secret). Empty: staff only.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+if METRICS_TOKEN and len(METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("METRICS_TOKEN must be at least 16 characters (or empty: staff only).")
+
+# `json`: one object per line with the request id (production, for a log pipeline); `text`: for people.
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "controlplane.logs.RequestIdFilter"}},
+    "formatters": {
+        "json": {"()": "controlplane.logs.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # urllib3 logs each request line at DEBUG, and a webhook's path and query are its secret.
     "loggers": {"urllib3": {"level": "WARNING"}},

@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("scaling.urls")),
     path("", include("incidents.urls")),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics, name="metrics"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
