@@ -121,9 +121,8 @@ class HeadroomCollector:
         yield _cached_histogram("tick_duration", "How long one control-loop tick took (all clusters).", TICK_BUCKETS_S)
         yield _cached_histogram("tick_lateness", f"How much later than {TICK_PERIOD_S:g} s after the previous one a tick "
                                                  "started.", LATENESS_BUCKETS_S)
-        decisions = CounterMetricFamily("headroom_decisions", "Pool decisions by reason: the binding term "
-                                        "(reactive, predictive, scheduled, warm floor, hold) and each adjustment.",
-                                        labels=["reason"])
+        decisions = CounterMetricFamily("headroom_decisions", "Pool decisions by the planner's reason codes: the "
+                                        "binding term and each reason given.", labels=["reason"])
         for reason, count in sorted(_cached_counters("decision:").items()):
             decisions.add_metric([reason], count)
         yield decisions

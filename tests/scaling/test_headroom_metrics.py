@@ -87,12 +87,12 @@ def test_a_tick_records_its_duration_lateness_and_decisions_by_reason(staff: Cli
 
 def test_lateness_is_the_delay_past_one_period(staff: Client) -> None:
     metrics.record_tick(1000.0, 1000.5, [])
-    metrics.record_tick(1035.0, 1036.0, [{"binding": "reactive", "reasons": ["capped_max"]}])  # 20 s late
+    metrics.record_tick(1035.0, 1036.0, [{"binding": "ReactiveQueueDepth", "reasons": ["CappedByMaxReplicas"]}])  # 20 s late
     text = _scrape(staff)
     assert _value(text, "headroom_tick_lateness_seconds_sum") == 20
     assert _value(text, 'headroom_tick_lateness_seconds_bucket{le="15"}') == 0
     assert _value(text, 'headroom_tick_lateness_seconds_bucket{le="30"}') == 1
-    assert _value(text, 'headroom_decisions_total{reason="capped_max"}') == 1
+    assert _value(text, 'headroom_decisions_total{reason="CappedByMaxReplicas"}') == 1
     assert _value(text, "headroom_tick_duration_seconds_sum") == 1.5
 
 
@@ -117,7 +117,7 @@ def test_a_broken_cache_costs_numbers_not_ticks(monkeypatch, caplog) -> None:  #
         raise ConnectionError("redis is gone")
 
     monkeypatch.setattr(cache, "add", broken)
-    metrics.record_tick(1.0, 2.0, [{"binding": "hold"}])  # does not raise
+    metrics.record_tick(1.0, 2.0, [{"binding": "HoldCurrent"}])  # does not raise
     assert "could not record record_tick" in caplog.text
 
 
