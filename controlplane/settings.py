@@ -225,6 +225,12 @@ SPECTACULAR_SETTINGS = {
     # The proposal's requested and decided channels share one set of choices: one name for it.
     "ENUM_NAME_OVERRIDES": {"ActorChannelEnum": "controlplane.choices.Channel"},
     "COMPONENT_SPLIT_REQUEST": True,
+    # The documented API speaks JSON (form bodies are still read, for the browsable API, but not promised).
+    "PARSER_WHITELIST": ["controlplane.api.parsers.JSONParser"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.schema.document_errors",  # 400/401/403/404/409 as every endpoint can answer them
+    ],
 }
 
 # The cache holds login-failure counters. Empty: memory of each process (the demo, the tests); production

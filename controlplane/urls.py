@@ -27,4 +27,6 @@ urlpatterns = [
     # Swagger UI is for people: a login page first. The schema also takes an API token.
     path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(
         url_name="schema", template_name="controlplane/swagger_ui.html")), name="api-docs"),
+    # Any other address under /api/ (an id that is not a number, a typo) answers JSON like the API does.
+    re_path(r"^api/", views.api_not_found),
 ]

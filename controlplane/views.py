@@ -14,6 +14,7 @@ from django.db.models import Count, ProtectedError, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -67,6 +68,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
             answer["detail"] = str(exc)
         return JsonResponse(answer, status=503)
     return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt  # nothing is there to protect; a POST should hear "not found", not "CSRF"
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"detail": "Not found."}, status=404)
 
 
 @require_GET
