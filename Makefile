@@ -52,7 +52,7 @@ demo-headless: install migrate
 	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --headless --json $(DEMO_ARGS)
 
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
-FAST_TESTS := $(wildcard tests/sim tests/engine tests/parsers tests/sandbox_realvllm)
+FAST_TESTS := $(wildcard tests/sim tests/engine tests/parsers tests/deploy tests/sandbox_realvllm)
 DB_TESTS := $(wildcard tests/core tests/scaling tests/incidents)
 SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/chaos tests/browser)
 # The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 
 from controlplane import services
 from controlplane.forms import AdminLoginForm
@@ -24,6 +26,18 @@ class AuditedAdmin(admin.ModelAdmin):
     def delete_queryset(self, request, queryset) -> None:  # noqa: ANN001
         for obj in queryset:
             self.delete_model(request, obj)
+
+    def save_formset(self, request, form, formset, change) -> None:  # noqa: ANN001
+        """Inline rows (a team's memberships: role grants; a pool's SLOs) are audited one by one."""
+        actor = services.Actor.from_request(request, Channel.WEB)
+        formset.save(commit=False)  # fills new_objects, changed_objects and deleted_objects
+        for obj in formset.deleted_objects:
+            services.delete_with_audit(actor, obj)
+        for obj in formset.new_objects:
+            services.save_with_audit(actor, obj)
+        for obj, _fields in formset.changed_objects:
+            services.save_with_audit(actor, obj, before=services.snapshot(type(obj).objects.get(pk=obj.pk)))
+        formset.save_m2m()
 
 
 class MembershipInline(admin.TabularInline):
@@ -84,3 +98,21 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:  # noqa: ANN001
         return False
+
+
+admin.site.unregister(get_user_model())
+
+
+@admin.register(get_user_model())
+class AuditedUserAdmin(AuditedAdmin, UserAdmin):
+    """Users: creating, editing (staff and superuser flags), deleting and setting a password are audited.
+
+    The password hash is never recorded; deleting a user leaves their audit rows as they were."""
+
+    def user_change_password(self, request, id, form_url=""):  # noqa: A002, ANN001, ANN201
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:  # the form was valid and saved
+            user = self.get_object(request, id)
+            services.record(services.Actor.from_request(request, Channel.WEB), "set_password", user,
+                            after={"username": user.get_username()})
+        return response

@@ -13,6 +13,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 logger = logging.getLogger(__name__)
 
+from controlplane import logs
+
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{8,64}$")
 
 
@@ -23,7 +25,11 @@ class RequestIdMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get("X-Request-ID", "")
         request.request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
-        response = self.get_response(request)
+        token = logs.request_id.set(request.request_id)  # every log line of this request carries it
+        try:
+            response = self.get_response(request)
+        finally:
+            logs.request_id.reset(token)
         response["X-Request-ID"] = request.request_id
         return response
 

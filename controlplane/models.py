@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from controlplane import config
+from controlplane import config, netguard
 from scaling.engine import constants
 from controlplane.choices import (
     Channel,
@@ -102,6 +102,12 @@ class Cluster(models.Model):
                 parse(getattr(self, field))
             except ValueError as exc:
                 errors[field] = str(exc)
+        # A courtesy at save time; the guard that counts runs at every connect (host names, DNS rebinding).
+        for field in ("kube_api_url", "prometheus_url"):
+            url = getattr(self, field)
+            reason = netguard.literal_refusal(url, netguard.CLUSTERS) if url else None
+            if reason:
+                errors[field] = f"Headroom does not connect there: {reason}."
         if errors:
             raise ValidationError(errors)
 
@@ -379,7 +385,10 @@ class AuditEvent(models.Model):
     team_lookups = ("team",)  # who owns it (see controlplane.permissions)
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    # No database constraint and no cascade: deleting a user or a team never touches their rows here
+    # (the log is append-only, in PostgreSQL too); the id stays, and the names say who and what it was.
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, db_constraint=False,
+                              null=True, blank=True, related_name="+")
     actor_name = models.CharField(max_length=150, help_text="Kept when the user is deleted.")
     channel = models.CharField(max_length=16, choices=Channel.choices)
     action = models.CharField(max_length=32)
@@ -389,7 +398,8 @@ class AuditEvent(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
-    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, db_constraint=False, null=True, blank=True,
+                             related_name="+")
 
     objects = AuditEventQuerySet.as_manager()
 

@@ -180,11 +180,20 @@ def visible_audit_events(user: AbstractBaseUser) -> models.QuerySet:
 # --- audit ------------------------------------------------------------------------------------
 
 
+# Fields whose values the append-only audit log never keeps (secrets, or settings that hold one): the
+# snapshot names them, so a change still shows, but not what they hold.
+UNRECORDED_FIELDS = {"auth.user": ("password",), "incidents.channel": ("settings",), "controlplane.apitoken": ("digest",)}
+UNRECORDED = "(not recorded)"
+
+
 def snapshot(obj: models.Model | None) -> dict[str, Any] | None:
-    """A JSON-safe copy of a model's fields, for the audit log's before/after."""
+    """A JSON-safe copy of a model's fields, for the audit log's before/after (secrets left out)."""
     if obj is None:
         return None
-    return json.loads(serializers.serialize("json", [obj]))[0]["fields"] | {"id": obj.pk}
+    fields = json.loads(serializers.serialize("json", [obj]))[0]["fields"]
+    for name in UNRECORDED_FIELDS.get(obj._meta.label_lower, ()):
+        fields[name] = UNRECORDED
+    return fields | {"id": obj.pk}
 
 
 def _team_of(obj: models.Model) -> Team | None:

@@ -54,6 +54,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_networks(name: str, default: list[str]) -> list[str]:
+    """Comma-separated IP networks (`10.0.8.0/24,fd00::/8`); a malformed one stops start-up."""
+    networks = env_list(name, default)
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {network!r} is not a network (e.g. 10.0.8.0/24)") from None
+    return networks
+
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
@@ -81,7 +92,7 @@ def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
 # Production is served over HTTPS only, behind a TLS proxy; the demo (DEBUG=1) over plain http on 127.0.0.1.
 HTTPS_ONLY = env_bool("HTTPS_ONLY", not DEBUG)
 SECURE_SSL_REDIRECT = HTTPS_ONLY
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # the kubelet probes the pod itself, over plain http
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # the kubelet and Prometheus reach the pod itself, over plain http
 SESSION_COOKIE_SECURE = HTTPS_ONLY
 CSRF_COOKIE_SECURE = HTTPS_ONLY
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS_ONLY else 0, minimum=0)
@@ -122,6 +133,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.middleware.RequestIdMiddleware",  # first: every later log line of the request carries its id
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -130,7 +142,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.ContentSecurityPolicyMiddleware",
     "controlplane.middleware.DatabaseUnavailableMiddleware",
 ]
@@ -226,6 +237,12 @@ SPECTACULAR_SETTINGS = {
         "PlaybookStepKindEnum": "incidents.choices.PlaybookStepKind",
     },
     "COMPONENT_SPLIT_REQUEST": True,
+    # The documented API speaks JSON (form bodies are still read, for the browsable API, but not promised).
+    "PARSER_WHITELIST": ["controlplane.api.parsers.JSONParser"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.schema.document_errors",  # 400/401/403/404/409 as every endpoint can answer them
+    ],
 }
 
 # The cache holds login-failure counters. Empty: memory of each process (the demo, the tests); production
@@ -241,6 +258,7 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CELERY_ENABLED = env_bool("CELERY_ENABLED", False)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in-process
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through LOGGING below (JSON in production)
 
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)
@@ -273,12 +291,11 @@ WEBHOOKS_ENABLED = env_bool("WEBHOOKS_ENABLED", False)
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
 # Outbound notifications (Slack, webhooks) may reach only public addresses; these networks are the
 # admin's exceptions (e.g. an internal PagerDuty relay). Checked when each connection is made.
-OUTBOUND_ALLOWED_NETWORKS = env_list("OUTBOUND_ALLOWED_NETWORKS", [])
-for _network in OUTBOUND_ALLOWED_NETWORKS:
-    try:
-        ipaddress.ip_network(_network, strict=False)
-    except ValueError:
-        raise ImproperlyConfigured(f"OUTBOUND_ALLOWED_NETWORKS: {_network!r} is not a network (e.g. 10.0.8.0/24)") from None
+OUTBOUND_ALLOWED_NETWORKS = env_networks("OUTBOUND_ALLOWED_NETWORKS", [])
+# Cluster APIs and Prometheus servers usually sit on internal networks: the admin names them here, and
+# nothing else internal (loopback, link-local metadata services, other private ranges) is ever reached
+# through a cluster's URLs. Empty in production; the demo (DEBUG) runs its sandbox on loopback.
+CLUSTER_ALLOWED_NETWORKS = env_networks("CLUSTER_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"] if DEBUG else [])
 OUTBOUND_TIMEOUT_S = env_int("OUTBOUND_TIMEOUT_S", 10, minimum=1)  # one send, redirects included
 OUTBOUND_MAX_REDIRECTS = env_int("OUTBOUND_MAX_REDIRECTS", 3, minimum=0)
 # Failed deliveries retry after 30 s, 1 min, 2 min, … up to NOTIFY_RETRY_MAX_S, at most NOTIFY_MAX_ATTEMPTS times.
@@ -295,10 +312,25 @@ API_TOKEN_PREFIX = "hr_"
 # A token issued without an expiry lives this many days (0: until revoked). Rotation bounds a leak.
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=0)
 
+# Who may read /metrics besides signed-in staff: Prometheus, with `Authorization: Bearer <METRICS_TOKEN>`
+# (a ServiceMonitor's authorization from a Secret). Empty: staff only.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+if METRICS_TOKEN and len(METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("METRICS_TOKEN must be at least 16 characters (or empty: staff only).")
+
+# `json`: one object per line with the request id (production, for a log pipeline); `text`: for people.
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "controlplane.logs.RequestIdFilter"}},
+    "formatters": {
+        "json": {"()": "controlplane.logs.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # urllib3 logs each request line at DEBUG, and a webhook's path and query are its secret.
     "loggers": {"urllib3": {"level": "WARNING"}},

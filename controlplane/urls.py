@@ -22,6 +22,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     # Pages without an icon link (the admin) make browsers ask for /favicon.ico: the same icon.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    path("metrics", views.metrics, name="metrics"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
@@ -30,4 +31,6 @@ urlpatterns = [
     # Swagger UI is for people: a login page first. The schema also takes an API token.
     path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(
         url_name="schema", template_name="controlplane/swagger_ui.html")), name="api-docs"),
+    # Any other address under /api/ (an id that is not a number, a typo) answers JSON like the API does.
+    re_path(r"^api/", views.api_not_found),
 ]

@@ -1,6 +1,7 @@
 """Web UI: thin views over the scoped querysets and the audited save/delete services."""
 from __future__ import annotations
 
+import hmac
 import logging
 
 from django.conf import settings
@@ -13,9 +14,12 @@ from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from controlplane import forms, permissions, services
+from controlplane import metrics as headroom_metrics
 from controlplane.charts import Line, time_chart
 from controlplane.choices import Channel, Role
 from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
@@ -64,6 +68,29 @@ def healthz(request: HttpRequest) -> JsonResponse:
             answer["detail"] = str(exc)
         return JsonResponse(answer, status=503)
     return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt  # nothing is there to protect; a POST should hear "not found", not "CSRF"
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Headroom's own metrics (controlplane/metrics.py) for Prometheus: with `Authorization: Bearer
+    <METRICS_TOKEN>`, or to signed-in staff. Anyone else gets a 401 (they describe the whole fleet)."""
+    if not (_metrics_token_matches(request) or _is_admin(request)):
+        response = HttpResponse("metrics need the bearer token (METRICS_TOKEN) or a staff login\n", status=401,
+                                content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(headroom_metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+
+
+def _metrics_token_matches(request: HttpRequest) -> bool:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    expected = settings.METRICS_TOKEN
+    return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
 
 
 def _visible_pools(request: HttpRequest):  # noqa: ANN202

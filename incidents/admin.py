@@ -1,14 +1,33 @@
-"""Django admin: channels and their outbox, alerts and silences for inspection; Slack links (the audited
-command is preferred)."""
+"""Django admin: channels and their outbox, alerts and silences for inspection; Slack links. Edits of
+channels and Slack links are audited like every admin change (a channel's settings hold its secret
+address: the audit names the field, never its value)."""
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 
+from controlplane.admin import AuditedAdmin
 from incidents.models import Alert, Channel, Incident, Notification, Silence, SlackIdentity, SlackInteraction
 
 
+class ChannelAdminForm(forms.ModelForm):
+    class Meta:
+        model = Channel
+        fields = "__all__"
+
+    def clean(self):  # noqa: ANN201
+        cleaned = super().clean()
+        channel = Channel(kind=cleaned.get("kind", ""), settings=cleaned.get("settings") or {})
+        try:
+            channel.spec  # noqa: B018 (parsing is the validation, as in the UI and the API)
+        except (ValueError, KeyError) as exc:
+            self.add_error("settings", str(exc))
+        return cleaned
+
+
 @admin.register(Channel)
-class ChannelAdmin(admin.ModelAdmin):
+class ChannelAdmin(AuditedAdmin):
+    form = ChannelAdminForm
     list_display = ["name", "team", "kind", "enabled", "disabled_reason", "last_delivered_at", "last_error_at"]
     list_filter = ["kind", "enabled", "team"]
 
@@ -21,7 +40,7 @@ class NotificationAdmin(admin.ModelAdmin):
 
 
 @admin.register(SlackIdentity)
-class SlackIdentityAdmin(admin.ModelAdmin):
+class SlackIdentityAdmin(AuditedAdmin):
     list_display = ["user", "slack_user_id", "linked_at"]
 
 

@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlplane import metrics
 from controlplane import services as core
 from controlplane.choices import Channel as ActorChannel
 from controlplane.errors import ServiceError
@@ -244,8 +245,10 @@ def safe_error(channel: Channel, message: str, notification: Notification | None
 def _record_failure(notification: Notification, exc: TransportError, now: datetime) -> None:
     channel = notification.channel
     error = safe_error(channel, exc.message, notification)
+    final = exc.permanent or notification.attempts >= settings.NOTIFY_MAX_ATTEMPTS
+    metrics.record_notification_failure(channel.kind, final=final)
     with transaction.atomic():
-        if exc.permanent or notification.attempts >= settings.NOTIFY_MAX_ATTEMPTS:
+        if final:
             _finish(notification, NotificationState.FAILED, error)
         else:
             notification.last_error, notification.next_attempt_at = error, now + backoff(notification.attempts)

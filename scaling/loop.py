@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import socket
+import time
 import traceback
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane import metrics
 from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
@@ -400,6 +402,7 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime) -> 
 
 def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: str | None = None) -> TickReport:
     """One loop iteration over the given pools (all pools by default), one cluster at a time."""
+    started = time.time()
     now = now or timezone.now()
     holder = holder or _holder()
     pools = pools if pools is not None else list(
@@ -431,4 +434,5 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: s
         errors["alerts"] = f"{type(exc).__name__}: {exc}"
     expired = services.expire_due(now)
     SignalSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
+    metrics.record_tick(started, time.time(), [report.decided for report in reports])
     return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired, skipped=skipped)

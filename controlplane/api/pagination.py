@@ -26,3 +26,12 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
 
     def get_offset(self, request: Request) -> int:
         return _bounded(request, self.offset_query_param, 0, 0, MAX_OFFSET)
+
+    def get_schema_operation_parameters(self, view):  # noqa: ANN001, ANN201
+        """The bounds the API enforces, in the schema too (a client and schemathesis can see them)."""
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {self.limit_query_param: (1, self.max_limit), self.offset_query_param: (0, MAX_OFFSET)}
+        for parameter in parameters:
+            low, high = bounds[parameter["name"]]
+            parameter["schema"] |= {"minimum": low, "maximum": high}
+        return parameters

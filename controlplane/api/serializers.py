@@ -5,15 +5,39 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
+from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane import permissions
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
 
+class TextField(serializers.CharField):
+    """A string and only a string: DRF's CharField would store 2.5 as "2.5", which the schema does not promise."""
+
+    def to_internal_value(self, data):  # noqa: ANN001, ANN201
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "pattern": r"^([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9])?$", "example": "09:00"})
+class WallClockTimeField(serializers.TimeField):
+    """A time of day on a wall clock (the window's own time zone): `HH:MM[:SS]`, no offset.
+
+    OpenAPI's `time` format is RFC 3339's, which requires an offset; these times have none on purpose."""
+
+
+STRICT_FIELDS = serializers.ModelSerializer.serializer_field_mapping | {
+    models.CharField: TextField, models.TextField: TextField, models.TimeField: WallClockTimeField}
+
+
 class ScopedModelSerializer(serializers.ModelSerializer):
     """Runs the model's own `clean()` and only offers related objects the user can see
     (except through fields marked `scoped = False`)."""
+
+    serializer_field_mapping = STRICT_FIELDS
 
     def get_fields(self):  # noqa: ANN201
         fields = super().get_fields()
@@ -126,6 +150,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
+    serializer_field_mapping = STRICT_FIELDS
+
     class Meta:
         model = ApiToken
         fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]

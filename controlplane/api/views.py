@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import django_filters
+from django import forms
 from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -100,10 +101,36 @@ class PoolViewSet(TeamScopedViewSet):
     filterset_class = PoolFilter
 
 
+class IdFilter(django_filters.NumberFilter):
+    """An object's id: a whole number (NumberFilter alone would take 0.5 and answer an empty list)."""
+
+    field_class = forms.IntegerField
+
+
+class _TrueOrFalse(forms.NullBooleanField):
+    widget = forms.TextInput  # NullBooleanSelect would read any unknown word as "no filter" before us
+
+    def to_python(self, value):  # noqa: ANN001, ANN201
+        if value in (None, ""):
+            return None
+        if value in (True, "true", "True", "1"):
+            return True
+        if value in (False, "false", "False", "0"):
+            return False
+        raise forms.ValidationError("Must be true or false.", code="invalid")
+
+
+class TrueOrFalseFilter(django_filters.BooleanFilter):
+    """`true` or `false` (or left out); anything else is a 400 naming the filter, as the schema says.
+    (BooleanFilter alone reads `null` or `unknown` as "no filter".)"""
+
+    field_class = _TrueOrFalse
+
+
 class PoolChildFilter(django_filters.FilterSet):
     """Filters for objects that belong to a pool: by the pool's cluster (id) and team (slug)."""
 
-    cluster = django_filters.NumberFilter(field_name="pool__cluster")
+    cluster = IdFilter(field_name="pool__cluster")
     team = django_filters.CharFilter(field_name="pool__team__slug")
 
 

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
+from controlplane.api.views import TrueOrFalseFilter
 from controlplane.choices import Channel as ActorChannel, Role
 from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
@@ -23,6 +24,7 @@ from incidents.models import Alert, Channel, Incident, Notification, Playbook, P
 
 class ChannelFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
+    enabled = TrueOrFalseFilter()
 
     class Meta:
         model = Channel
@@ -85,7 +87,7 @@ class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
 
 class AlertFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
-    active = django_filters.BooleanFilter(method="filter_active", label="Pending or firing")
+    active = TrueOrFalseFilter(method="filter_active", label="Pending or firing")
 
     class Meta:
         model = Alert
@@ -108,7 +110,7 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
 
 class SilenceFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
-    active = django_filters.BooleanFilter(method="filter_active", label="Not yet ended")
+    active = TrueOrFalseFilter(method="filter_active", label="Not yet ended")
 
     class Meta:
         model = Silence

@@ -3,6 +3,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.api.serializers import ScopedModelSerializer
+from controlplane.choices import Channel
 from controlplane.models import Pool
 from scaling import report_service, reports, services
 from scaling.choices import PeakBasis, ProposalKind
@@ -29,9 +30,12 @@ class ProposalEventSerializer(serializers.ModelSerializer):
 
 class ProposalSerializer(serializers.ModelSerializer):
     pool_name = serializers.CharField(source="pool.__str__", read_only=True)
-    requested_by = serializers.CharField(source="requested_by.username", read_only=True, default=None)
-    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None)
-    cost_per_hour_usd = serializers.FloatField(read_only=True)
+    # null: asked by the loop or a token of a since-deleted user; not decided yet; decided by policy.
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True, default=None, allow_null=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, default=None, allow_null=True)
+    decided_channel = serializers.ChoiceField(choices=Channel.choices, allow_blank=True, read_only=True,
+                                              help_text="Empty until decided.")
+    cost_per_hour_usd = serializers.FloatField(read_only=True, allow_null=True)  # null: no price for the GPU type
     events = ProposalEventSerializer(many=True, read_only=True)
 
     class Meta:

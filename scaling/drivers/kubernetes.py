@@ -6,6 +6,8 @@ Where KEDA owns the Deployment, the ScaledObject's minReplicaCount is raised ins
 spec.replicas of an autoscaled Deployment would be undone by its HPA. Every write re-checks its
 premise on each read (the first and the one after each 409) and writes nothing when it no longer holds.
 Authenticates with a bearer token or a kubeconfig's current context (`KubeCredentials`).
+Every connection goes through the connect-time address guard with `CLUSTER_ALLOWED_NETWORKS`
+(`controlplane.netguard`): a cluster's address is an admin's input, never a way into our own network.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
+from controlplane import netguard
 from scaling.drivers.cluster import DriverError, PremiseChanged, ReplicaStatus, ScaleOutcome, ScalePremise, Workload
 
 MAX_CONFLICT_RETRIES = 5
@@ -48,6 +51,8 @@ def _ready_since(pod: client.V1Pod) -> datetime | None:
 
 
 def _driver_error(action: str, exc: Exception) -> DriverError:
+    if isinstance(exc, netguard.OutboundRefused):
+        return DriverError(f"{action}: {exc}", permanent=True)
     if isinstance(exc, ApiException):
         permanent = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 409, 429)
         return DriverError(f"{action}: HTTP {exc.status}: {_api_message(exc)}", permanent=permanent, status=exc.status)
@@ -85,7 +90,10 @@ def api_client(api_url: str, credentials: KubeCredentials | None = None, verify_
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
     if credentials.ca_file:
         configuration.ssl_ca_cert = credentials.ca_file
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    # Every connection to the API server goes through the address guard (no proxy is ever configured).
+    api.rest_client.pool_manager.pool_classes_by_scheme = netguard.checked_pool_classes(netguard.CLUSTERS)
+    return api
 
 
 # A circuit breaker's ejection: pods with this label are left out of the route's endpoints (the sandbox
@@ -110,7 +118,7 @@ class KubernetesDriver:
             deployment = self._apps.read_namespaced_deployment(
                 workload.deployment, workload.namespace, _request_timeout=self._timeout
             )
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, netguard.OutboundRefused) as exc:
             raise _driver_error(f"read deployment {workload.namespace}/{workload.deployment}", exc) from None
         return ReplicaStatus(
             desired=deployment.spec.replicas or 0,
@@ -151,7 +159,7 @@ class KubernetesDriver:
             selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
             pods = self._core.list_namespaced_pod(workload.namespace, label_selector=selector,
                                                   _request_timeout=self._timeout)
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, netguard.OutboundRefused) as exc:
             raise _driver_error(f"list pods of {where}", exc) from None
         # Kubernetes timestamps have whole seconds: a pod created within the second of the write counts.
         floor = since.replace(microsecond=0)
@@ -196,7 +204,7 @@ class KubernetesDriver:
                     conflicts += 1
                     continue  # someone wrote in between: re-read and decide again
                 raise _driver_error(f"scale deployment {where}", exc) from None
-            except (HTTPError, OSError) as exc:
+            except (HTTPError, OSError, netguard.OutboundRefused) as exc:
                 raise _driver_error(f"scale deployment {where}", exc) from None
 
     def _scale_keda(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
@@ -237,5 +245,5 @@ class KubernetesDriver:
                     conflicts += 1
                     continue
                 raise _driver_error(f"scale ScaledObject {where}", exc) from None
-            except (HTTPError, OSError) as exc:
+            except (HTTPError, OSError, netguard.OutboundRefused) as exc:
                 raise _driver_error(f"scale ScaledObject {where}", exc) from None

@@ -17,6 +17,10 @@ listens once the model is loaded, so this is "Ready and model-loaded"). Arriving
 replicas come from the Kubernetes driver, which reads the Deployment itself; they are left
 missing here.
 
+Prometheus' address is an admin's input: every connection (redirects included) goes through the
+connect-time address guard with `CLUSTER_ALLOWED_NETWORKS` (`controlplane.netguard`); a refused
+address makes every signal unknown, with the reason in `SignalRead.errors`.
+
 No hidden retries: the HTTP client is built with retries off and an explicit timeout, and a
 failed query is reported in `SignalRead.errors`, not repeated. One read runs its queries side by
 side under one deadline (`deadline_s`, shorter than the 15-s tick): a query without an answer by
@@ -37,6 +41,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from controlplane import netguard
 from scaling.drivers.signals import PoolSelector, SignalRead
 from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading
 
@@ -151,6 +156,18 @@ def render(template: str, labels: LabelMapping, window: str) -> str:
                            carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry))
 
 
+def _guarded_client(config: PrometheusConfig) -> PrometheusConnect:
+    # Retries off: a failed read is reported and the planner holds; the next tick reads again.
+    no_retries = Retry(total=0, read=False, raise_on_status=False)
+    session = requests.Session()
+    session.trust_env = False  # no proxy from the environment: it would reach what the guard refuses
+    prometheus = PrometheusConnect(url=config.url, retry=no_retries, timeout=config.timeout_s, session=session)  # type: ignore[arg-type]
+    # PrometheusConnect mounts a plain adapter on its URL; every prefix gets the guarded one instead.
+    for prefix in [*session.adapters, config.url]:
+        session.mount(prefix, netguard.CheckedAdapter(netguard.CLUSTERS, max_retries=no_retries))
+    return prometheus
+
+
 class HistoryUnavailable(Exception):
     """Prometheus could not answer a history query."""
 
@@ -160,9 +177,7 @@ class PrometheusSignalSource:
 
     def __init__(self, config: PrometheusConfig, client: PrometheusConnect | None = None) -> None:
         self.config = config
-        # Retries off: a failed read is reported and the planner holds; the next tick reads again.
-        no_retries = Retry(total=0, read=False, raise_on_status=False)
-        self.client = client or PrometheusConnect(url=config.url, retry=no_retries, timeout=config.timeout_s)  # type: ignore[arg-type]
+        self.client = client or _guarded_client(config)
 
     def read(self, pools: Sequence[PoolSelector], at_s: float | None = None) -> SignalRead:
         """Every pool's signals, all queries evaluated at one instant (`at_s`, default now)."""
@@ -230,7 +245,7 @@ class PrometheusSignalSource:
             result = self.client.custom_query_range(
                 promql, start_time=datetime.fromtimestamp(start_s, timezone.utc),
                 end_time=datetime.fromtimestamp(end_s, timezone.utc), step=f"{step_s:g}", params=params)
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as error:
+        except (requests.RequestException, PrometheusApiClientException, ValueError, netguard.OutboundRefused) as error:
             raise HistoryUnavailable(f"{type(error).__name__}: {error}"[:300]) from None
         keys = {self._key(pool.labels): pool.name for pool in pools}
         history: dict[str, list[tuple[float, float]]] = {pool.name: [] for pool in pools}
