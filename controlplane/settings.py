@@ -233,6 +233,7 @@ SPECTACULAR_SETTINGS = {
         "NotificationStateEnum": "incidents.choices.NotificationState",
         "ProposalStateEnum": "scaling.choices.ProposalState",
         "BreakerStateEnum": "scaling.choices.BreakerState",
+        "ReportStateEnum": "scaling.choices.ReportState",
         "PlaybookRunStepStateEnum": "incidents.choices.RunStepState",
         "PlaybookStepKindEnum": "incidents.choices.PlaybookStepKind",
     },
