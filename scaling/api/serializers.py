@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from controlplane.api.serializers import ScopedModelSerializer
+from controlplane.api.serializers import ScopedModelSerializer, TextField
 from controlplane.choices import Channel
 from controlplane.models import Pool
 from scaling import report_service, reports, services
@@ -54,8 +54,8 @@ class ProposalCreateSerializer(ScopedModelSerializer):
     """A person's proposal: "scale pool X to N", with an optional reason and idempotency key."""
 
     kind = serializers.ChoiceField(choices=[ProposalKind.MANUAL, ProposalKind.SCHEDULED], default=ProposalKind.MANUAL)
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
-    idempotency_key = serializers.CharField(required=False, max_length=100)
+    reason = TextField(required=False, allow_blank=True, max_length=500)
+    idempotency_key = TextField(required=False, max_length=100)
 
     class Meta:
         model = Proposal
@@ -73,7 +73,7 @@ class ProposalCreateSerializer(ScopedModelSerializer):
 
 
 class DecisionSerializer(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    comment = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class TrafficShiftEventSerializer(serializers.ModelSerializer):
@@ -115,7 +115,7 @@ class TrafficShiftCreateSerializer(ScopedModelSerializer):
                                                 default=shifting.DEFAULT_NO_DATA_DEADLINE_S)
     gated_steps = serializers.ListField(child=serializers.IntegerField(), required=False, default=list,
                                         help_text="Step numbers (from 1) that wait for a person's approval.")
-    idempotency_key = serializers.CharField(required=False, max_length=100)
+    idempotency_key = TextField(required=False, max_length=100)
 
     class Meta:
         model = TrafficShift
@@ -128,7 +128,7 @@ class TrafficShiftCreateSerializer(ScopedModelSerializer):
 
 
 class ShiftActionSerializer(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    comment = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class BulkDecisionSerializer(serializers.Serializer):
@@ -137,7 +137,7 @@ class BulkDecisionSerializer(serializers.Serializer):
     ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),
                                 min_length=1, max_length=services.BULK_MAX)
     verdict = serializers.ChoiceField(choices=["approve", "reject"])
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    comment = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class BulkOutcomeSerializer(serializers.Serializer):
@@ -223,7 +223,7 @@ class FallbackActionSerializer(serializers.Serializer):
     pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.select_related("team", "cluster"))
     share = serializers.FloatField(required=False, min_value=0.01, max_value=1.0,
                                    help_text="Of the pool's fallback-eligible traffic (activate only; default 1.0).")
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    comment = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
     def get_fields(self):  # noqa: ANN201
         fields = super().get_fields()
@@ -252,7 +252,7 @@ class CircuitBreakerSerializer(serializers.ModelSerializer):
 
 
 class BreakerActionSerializer(serializers.Serializer):
-    comment = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    comment = TextField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class FallbackPolicySerializer(ScopedModelSerializer):
