@@ -16,10 +16,8 @@ from controlplane.choices import AuditAction, Channel, Role
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
 
-class TeamScopedViewSet(viewsets.ModelViewSet):
-    """Every inventory viewset: queryset scoped to the user's teams, writes audited, roles checked."""
-
-    action_roles: dict[str, str] = {}
+class ScopedViewMixin:
+    """What every API viewset shares: objects scoped to the user's teams, and the API actor for services."""
 
     def get_queryset(self):  # noqa: ANN201
         return permissions.scoped(super().get_queryset(), self.request.user)
@@ -27,6 +25,12 @@ class TeamScopedViewSet(viewsets.ModelViewSet):
     @property
     def actor(self) -> services.Actor:
         return services.Actor.from_request(self.request, Channel.API)
+
+
+class TeamScopedViewSet(ScopedViewMixin, viewsets.ModelViewSet):
+    """Every inventory viewset: queryset scoped to the user's teams, writes audited, roles checked."""
+
+    action_roles: dict[str, str] = {}
 
     def _check_may_write(self, serializer, role: str = Role.ADMIN) -> None:  # noqa: ANN001
         """The object as it will be (new or changed) must be one the user may write: `role` in its

@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
-from controlplane.api.views import TrueOrFalseFilter
-from controlplane.choices import Channel as ActorChannel, Role
+from controlplane.api.views import ScopedViewMixin, TrueOrFalseFilter
+from controlplane.choices import Role
 from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
 from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES
@@ -37,7 +37,7 @@ class NotificationFilter(django_filters.FilterSet):
         fields = ["channel", "proposal", "alert", "kind", "state"]
 
 
-class ChannelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+class ChannelViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                      mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Notification channels. Team admins add, switch back on and remove them; members read them."""
 
@@ -45,13 +45,6 @@ class ChannelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     serializer_class = serializers.ChannelSerializer
     filterset_class = ChannelFilter
     action_roles = {"create": Role.ADMIN, "destroy": Role.ADMIN, "enable": Role.ADMIN}
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, ActorChannel.API)
 
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         incoming = self.get_serializer(data=request.data)
@@ -74,15 +67,12 @@ class ChannelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
         return Response(self.get_serializer(self.get_queryset().get(pk=channel.pk)).data)
 
 
-class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
+class NotificationViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
     """The outbox: every notification with its attempts, next attempt and last error."""
 
     queryset = Notification.objects.all()
     serializer_class = serializers.NotificationSerializer
     filterset_class = NotificationFilter
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
 
 
 class AlertFilter(django_filters.FilterSet):
@@ -97,15 +87,12 @@ class AlertFilter(django_filters.FilterSet):
         return queryset.filter(state__in=ACTIVE_ALERT_STATES) if value else queryset.exclude(state__in=ACTIVE_ALERT_STATES)
 
 
-class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+class AlertViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
     """Alerts as the rules raised them: state, numbers, and what holds them back (silence, warming scale-up)."""
 
     queryset = Alert.objects.select_related("team")
     serializer_class = serializers.AlertSerializer
     filterset_class = AlertFilter
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
 
 
 class SilenceFilter(django_filters.FilterSet):
@@ -121,7 +108,7 @@ class SilenceFilter(django_filters.FilterSet):
         return queryset.filter(ends_at__gt=now) if value else queryset.filter(ends_at__lte=now)
 
 
-class SilenceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+class SilenceViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                      viewsets.GenericViewSet):
     """Silences mute a team's matching alerts until they end. Operators of the team add and end them."""
 
@@ -129,13 +116,6 @@ class SilenceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     serializer_class = serializers.SilenceSerializer
     filterset_class = SilenceFilter
     action_roles = {"create": Role.OPERATOR, "expire": Role.OPERATOR}
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, ActorChannel.API)
 
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         incoming = self.get_serializer(data=request.data)
@@ -173,7 +153,7 @@ ACTION_RESPONSES = {200: serializers.IncidentSerializer, 400: OpenApiResponse(de
                     409: OpenApiResponse(description="The incident's state does not allow this move.")}
 
 
-class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
+class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
     """Incidents opened by P0/P1 alerts. Team members read them (the detail holds the timeline);
     operators acknowledge, mitigate, resolve and add notes."""
 
@@ -183,15 +163,8 @@ class IncidentViewSet(viewsets.ReadOnlyModelViewSet):
     action_roles = {"acknowledge": Role.OPERATOR, "mitigate": Role.OPERATOR, "resolve": Role.OPERATOR,
                     "notes": Role.OPERATOR}
 
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
     def get_serializer_class(self):  # noqa: ANN201
         return serializers.IncidentDetailSerializer if self.action == "retrieve" else serializers.IncidentSerializer
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, ActorChannel.API)
 
     def _move(self, move, request: Request) -> Response:  # noqa: ANN001
         incident = self.get_object()
@@ -251,7 +224,7 @@ def _step_specs(data: dict) -> list[playbooks.StepSpec]:
             for step in data.get("steps", [])]
 
 
-class PlaybookViewSet(viewsets.ModelViewSet):
+class PlaybookViewSet(ScopedViewMixin, viewsets.ModelViewSet):
     """Playbooks: ordered steps offered in incidents of their alert rules or severities. Team members read
     them; operators of the team write them. `kinds` lists the step kinds and which can be used now."""
 
@@ -261,13 +234,6 @@ class PlaybookViewSet(viewsets.ModelViewSet):
     action_roles = {"create": Role.OPERATOR, "update": Role.OPERATOR, "partial_update": Role.OPERATOR,
                     "destroy": Role.OPERATOR}
     http_method_names = ["get", "post", "put", "delete", "head", "options"]
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, ActorChannel.API)
 
     def _save(self, request: Request, playbook: Playbook | None) -> Playbook:
         incoming = self.get_serializer(playbook, data=request.data)
@@ -300,7 +266,7 @@ RUN_RESPONSES = {200: serializers.PlaybookRunSerializer, 400: OpenApiResponse(de
                  409: OpenApiResponse(description="The step's state does not allow this.")}
 
 
-class PlaybookRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class PlaybookRunViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Playbook runs inside incidents. POST starts one (again: the same run); `complete` ticks a checklist
     step, `skip` skips a step, `run` runs an action step through its service (idempotent)."""
 
@@ -308,13 +274,6 @@ class PlaybookRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
     serializer_class = serializers.PlaybookRunSerializer
     filterset_fields = ["incident", "playbook"]
     action_roles = {"create": Role.OPERATOR, "complete": Role.OPERATOR, "skip": Role.OPERATOR, "run": Role.OPERATOR}
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, ActorChannel.API)
 
     def _answer(self, run: PlaybookRun, code: int = status.HTTP_200_OK) -> Response:
         playbooks.refresh(run)

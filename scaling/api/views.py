@@ -10,8 +10,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
-from controlplane import permissions, services as core
-from controlplane.api.views import PoolChildFilter, TeamScopedViewSet
+from controlplane import services as core
+from controlplane.api.views import PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
 from controlplane.choices import Channel, Role
 from scaling import breakers, fallbacks, report_service, reports, services, traffic
 from scaling.api import serializers
@@ -25,7 +25,7 @@ class ProposalFilter(PoolChildFilter):
         fields = ["state", "pool", "kind", "cluster", "team"]
 
 
-class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+class ProposalViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                       viewsets.GenericViewSet):
     """Scaling proposals. Operators create, approve, reject and execute them; viewers read."""
 
@@ -36,15 +36,8 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     action_roles = {"create": Role.OPERATOR, "approve": Role.OPERATOR, "reject": Role.OPERATOR,
                     "execute": Role.OPERATOR, "bulk": Role.OPERATOR}
 
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
     def get_serializer_class(self):  # noqa: ANN201
         return serializers.ProposalCreateSerializer if self.action == "create" else super().get_serializer_class()
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, Channel.API)
 
     @extend_schema(request=serializers.ProposalCreateSerializer, responses={201: serializers.ProposalSerializer})
     def create(self, request, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
@@ -120,7 +113,7 @@ class TrafficShiftFilter(django_filters.FilterSet):
         return queryset.filter(active if value else ~active)
 
 
-class TrafficShiftViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+class TrafficShiftViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                           viewsets.GenericViewSet):
     """Traffic shifts: operators start, pause, resume, roll back and approve gated steps; viewers read."""
 
@@ -131,15 +124,8 @@ class TrafficShiftViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixi
     action_roles = {"create": Role.OPERATOR, "pause": Role.OPERATOR, "resume": Role.OPERATOR,
                     "rollback": Role.OPERATOR, "approve": Role.OPERATOR}
 
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
-
     def get_serializer_class(self):  # noqa: ANN201
         return serializers.TrafficShiftCreateSerializer if self.action == "create" else super().get_serializer_class()
-
-    @property
-    def actor(self) -> core.Actor:
-        return core.Actor.from_request(self.request, Channel.API)
 
     def _answer(self, shift: TrafficShift, code: int = status.HTTP_200_OK) -> Response:
         return Response(serializers.TrafficShiftSerializer(self.get_queryset().get(pk=shift.pk)).data, status=code)
@@ -194,7 +180,7 @@ class WarmPoolReportFilter(PoolChildFilter):
         fields = ["state", "pool", "cluster", "team"]
 
 
-class WarmPoolReportViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+class WarmPoolReportViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                             viewsets.GenericViewSet):
     """Warm-pool reports: create one (it runs in a worker), follow its percent done, read its result
     as JSON (the report itself) or its rows as CSV (`csv`). Operators create; viewers read."""
@@ -204,9 +190,6 @@ class WarmPoolReportViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mi
     filterset_class = WarmPoolReportFilter
     parser_classes = [JSONParser, MultiPartParser, FormParser]
     action_roles = {"create": Role.OPERATOR}
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
 
     def get_serializer_class(self):  # noqa: ANN201
         if self.action == "create":
@@ -246,7 +229,7 @@ class WarmPoolReportViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mi
         return response
 
 
-class FallbackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class FallbackViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Fallback activations: viewers read; operators activate, restore and approve a pool's fallback."""
 
     queryset = FallbackActivation.objects.select_related("pool__cluster", "fallback_pool__cluster", "pool__team",
@@ -254,9 +237,6 @@ class FallbackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
     serializer_class = serializers.FallbackActivationSerializer
     filterset_fields = ["pool", "phase", "fallback_pool"]
     action_roles = {"activate": Role.OPERATOR, "restore": Role.OPERATOR, "approve": Role.OPERATOR}
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
 
     def get_serializer_class(self):  # noqa: ANN201
         if self.action in self.action_roles:
@@ -294,16 +274,13 @@ class FallbackViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         return self._act(request, lambda pool, actor, data: fallbacks.approve(pool, actor, data["comment"]))
 
 
-class CircuitBreakerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class CircuitBreakerViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Circuit breakers: viewers read; operators force one open or closed, and release it to the evaluation."""
 
     queryset = CircuitBreaker.objects.select_related("pool__team", "pool__cluster").prefetch_related("transitions")
     serializer_class = serializers.CircuitBreakerSerializer
     filterset_fields = ["pool", "scope", "state", "endpoint", "forced"]
     action_roles = {"open": Role.OPERATOR, "close": Role.OPERATOR, "release": Role.OPERATOR}
-
-    def get_queryset(self):  # noqa: ANN201
-        return permissions.scoped(super().get_queryset(), self.request.user)
 
     def _force(self, request, state: str) -> Response:  # noqa: ANN001
         breaker = self.get_object()  # 404 when invisible; object permission checks the role
