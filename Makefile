@@ -47,9 +47,12 @@ demo: install migrate
 	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)
 
 # The demo's surge without a browser: Headroom and keda-queue on the same traffic, one JSON object on stdout.
-demo-headless: install migrate
-	DEBUG=1 $(BIN)/python manage.py seed_demo >/dev/null
-	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --headless --json $(DEMO_ARGS)
+# Only the JSON goes to stdout (make's own echo and the setup's output go to stderr), so it can be piped to jq.
+demo-headless: install system-deps
+	@DEBUG=1 $(BIN)/python manage.py migrate --noinput -v 0 >&2
+	@DEBUG=1 $(BIN)/python manage.py seed_demo >&2
+	@echo "running the surge-10x scenario under Headroom, then keda-queue (about 5 minutes)" >&2
+	@DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --headless --json $(DEMO_ARGS)
 
 # Tiers, fastest first. Each runs only the test folders that exist (pytest on no folder would run all).
 FAST_TESTS := $(wildcard tests/sim tests/engine tests/parsers tests/deploy tests/sandbox_realvllm)

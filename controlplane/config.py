@@ -182,3 +182,30 @@ def parse_credentials_ref(raw: Any) -> CredentialsRef:
         "service account; or leave it empty for an API that needs no credentials"
     )
 
+
+
+_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800, "y": 31_536_000}
+RATE_WINDOW_MIN_S, RATE_WINDOW_MAX_S = 5.0, 600.0
+
+
+def duration_s(window: str) -> float:
+    """Seconds in a PromQL duration such as "30s", "1m" or "1m30s"; ValueError for anything else."""
+    parts = _DURATION_PART.findall(window)
+    if not parts or "".join(n + u for n, u in parts) != window:
+        raise ValueError(f"not a Prometheus duration: {window!r} (use e.g. 30s, 1m, 1m30s)")
+    return sum(int(number) * _UNIT_S[unit] for number, unit in parts)
+
+
+def parse_rate_window(raw: Any) -> float:
+    """A cluster's `prometheus_rate_window` in seconds: a PromQL duration from 5 s to 10 minutes.
+
+    Rates over a window shorter than about four scrape intervals are noisy or empty; one much longer
+    than the time a surge takes to matter reports the surge late. 1m suits the common 15 s scrape.
+    """
+    text = raw if isinstance(raw, str) else ""
+    seconds = duration_s(text.strip())
+    if not RATE_WINDOW_MIN_S <= seconds <= RATE_WINDOW_MAX_S:
+        raise ValueError(f"must be from {RATE_WINDOW_MIN_S:g}s to {RATE_WINDOW_MAX_S / 60:g}m "
+                         "(about four of Prometheus' scrape intervals; 1m for a 15 s scrape)")
+    return seconds

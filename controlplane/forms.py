@@ -42,6 +42,7 @@ class ClusterForm(ScopedModelForm):
         model = Cluster
         fields = [
             "name", "team", "shared_with", "region", "kube_api_url", "credentials_ref", "prometheus_url",
+            "prometheus_rate_window",
             "time_zone", "off_hours", "gpu_prices",
         ]
         widgets = {"shared_with": forms.CheckboxSelectMultiple}

@@ -76,6 +76,10 @@ class Cluster(models.Model):
         help_text="Where the credentials are, never the credentials: token:NAME, kubeconfig:NAME (files in the "
                   "mounted credentials directory), in-cluster, or empty.")
     prometheus_url = models.URLField("Prometheus URL", max_length=300, blank=True)
+    prometheus_rate_window = models.CharField(
+        "Prometheus rate window", max_length=16, default="1m",
+        help_text="The window of every rate() Headroom asks this Prometheus for (request rate, latency "
+                  "percentiles, errors): about four scrape intervals; 1m for the common 15 s scrape.")
     time_zone = models.CharField(max_length=64, default="UTC")
     off_hours = models.JSONField(
         default=list, blank=True, help_text='Auto-approval windows: [{"weekdays": [5, 6], "start": "00:00", "end": "23:59"}]'
@@ -97,6 +101,7 @@ class Cluster(models.Model):
             ("off_hours", config.parse_off_hours),
             ("gpu_prices", config.parse_gpu_prices),
             ("credentials_ref", config.parse_credentials_ref),
+            ("prometheus_rate_window", config.parse_rate_window),
         ):
             try:
                 parse(getattr(self, field))

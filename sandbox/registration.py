@@ -29,6 +29,11 @@ def replica_capacity_rps(profile: PoolProfile, prompt_tokens: int = 500, output_
     return round(utilisation * slots / service_s, 3)
 
 
+def sandbox_rate_window(speed: float) -> str:
+    """The Prometheus rate window that spans one scenario minute at `speed` (at least 5 s)."""
+    return f"{max(5, round(60 / speed))}s"
+
+
 def retire_previous() -> str:
     """Delete the previous run's sandbox cluster with everything that hangs off it (audited).
 
@@ -74,6 +79,9 @@ def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
             cluster = services.upsert_with_audit(actor, Cluster, {"name": CLUSTER_NAME}, {
                 "team": team, "kube_api_url": sandbox.cluster.url, "region": "local", "gpu_prices": prices,
                 "prometheus_url": sandbox.prometheus.url if sandbox.prometheus else "",
+                # The control loop runs on the wall clock and the scenario `speed` times faster: a
+                # minute of scenario traffic is what a rate over 1m means on a real cluster.
+                "prometheus_rate_window": sandbox_rate_window(speed),
             })
             for spec in sandbox.specs:
                 cold_p50 = spec.profile.cold_start_p50_s if spec.cold_start_s is None else spec.cold_start_s

@@ -82,6 +82,7 @@ def _signal_source(cluster: Cluster) -> PrometheusSignalSource | None:
     if not settings.PROMETHEUS_ENABLED or not cluster.prometheus_url:
         return None
     return PrometheusSignalSource(PrometheusConfig(cluster.prometheus_url, timeout_s=settings.PROMETHEUS_TIMEOUT_S,
+                                                   rate_window=cluster.prometheus_rate_window,
                                                    deadline_s=settings.PROMETHEUS_DEADLINE_S))
 
 

@@ -102,6 +102,7 @@ class ClusterSerializer(ScopedModelSerializer):
         model = Cluster
         fields = [
             "id", "name", "team", "shared_with", "region", "kube_api_url", "credentials_ref", "prometheus_url",
+            "prometheus_rate_window",
             "time_zone", "off_hours", "gpu_prices",
         ]
 

@@ -29,7 +29,6 @@ then is an error and its signal unknown, so a slow Prometheus costs one tick at 
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -42,6 +41,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 from urllib3.util.retry import Retry
 
 from controlplane import netguard
+from controlplane.config import duration_s
 from scaling.drivers.signals import PoolSelector, SignalRead
 from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading
 
@@ -134,18 +134,6 @@ class PrometheusConfig:
     rate_window: str = "1m"
     deadline_s: float = 10.0  # for all the queries of one read together
     parallel_queries: int = 8
-
-
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800, "y": 31_536_000}
-
-
-def duration_s(window: str) -> float:
-    """Seconds in a PromQL duration such as "30s", "1m" or "1m30s"; ValueError for anything else."""
-    parts = _DURATION_PART.findall(window)
-    if not parts or "".join(n + u for n, u in parts) != window:
-        raise ValueError(f"not a Prometheus duration: {window!r} (use e.g. 30s, 1m, 1m30s)")
-    return sum(int(number) * _UNIT_S[unit] for number, unit in parts)
 
 
 def render(template: str, labels: LabelMapping, window: str) -> str:

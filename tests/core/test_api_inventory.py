@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import override_settings
 
 from controlplane.models import AuditEvent, Cluster, Pool, ScheduleWindow
 
@@ -212,3 +213,20 @@ def test_it_never_answers_500_to_garbage(bob: User, pool: Pool, endpoint: str) -
             # The garbage reached validation: not a missing object, a refused verb or a permission check.
             assert response.status_code not in (403, 404, 405), (endpoint, method.__name__, response.status_code)
     assert client.post(f"/api/v1/{endpoint}/", b"{not json", content_type="application/json").status_code == 400
+
+
+def test_a_cluster_rate_window_is_validated_and_used_by_the_loop(bob: User, cluster: Cluster) -> None:
+    from scaling.loop import _signal_source
+
+    client = token_client(bob)
+    response = client.patch(f"/api/v1/clusters/{cluster.pk}/", {"prometheus_rate_window": "1 minute"}, format="json")
+    assert response.status_code == 400 and "prometheus_rate_window" in response.data
+    assert Cluster.objects.get(pk=cluster.pk).prometheus_rate_window == "1m"  # the default, untouched
+    response = client.patch(f"/api/v1/clusters/{cluster.pk}/",
+                            {"prometheus_rate_window": "30s", "prometheus_url": "http://prometheus.example:9090"},
+                            format="json")
+    assert response.status_code == 200, response.data
+    cluster.refresh_from_db()
+    with override_settings(PROMETHEUS_ENABLED=True):
+        source = _signal_source(cluster)
+    assert source is not None and source.config.rate_window == "30s"

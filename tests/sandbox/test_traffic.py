@@ -99,3 +99,37 @@ def test_it_replays_the_simulators_trace_loader(gateway: Gateway, traces_dir: Pa
                               options=ClientOptions(max_prompt_tokens=2000)).run()
     assert report.sent == 15
     assert report.succeeded == 15
+
+
+def test_a_request_waiting_for_a_free_connection_counts_that_wait(tmp_path: Path) -> None:
+    """A user's clock starts when the request is due: held on the client, it is already late."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from sandbox.traffic import TraceRequest
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(0.4)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        trace = [TraceRequest(0.0, 10, 1), TraceRequest(0.0, 10, 1)]
+        report = TrafficGenerator(f"http://127.0.0.1:{server.server_port}", trace,
+                                  options=ClientOptions(max_in_flight=1, retries=0)).run()
+    finally:
+        server.shutdown()
+    latencies = sorted(record.e2e_s for record in report.records)
+    assert report.succeeded == 2
+    assert latencies[0] == pytest.approx(0.4, abs=0.15)
+    assert latencies[1] >= 0.75  # its own 0.4 s plus the 0.4 s it waited for the one connection
