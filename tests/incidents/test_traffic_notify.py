@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.urls import reverse
 from django.utils import timezone
 
 from controlplane import services as core
@@ -20,7 +21,7 @@ from scaling.choices import FallbackPhase, ShiftPhase
 from scaling.engine.breakers import WindowCounts
 from scaling.models import BreakerTransition, FallbackEvent, TrafficShiftEvent
 
-from tests.core.conftest import alice, search_pool, search_team  # noqa: F401
+from tests.core.conftest import alice, bob, search_pool, search_team  # noqa: F401
 from tests.incidents.conftest import Receiver
 from tests.scaling.test_fallbacks import feed, policy  # noqa: F401
 from tests.scaling.test_traffic import observe, pools, sandbox  # noqa: F401
@@ -177,3 +178,11 @@ def test_a_shift_completing_and_one_rolled_back_are_posted(sandbox, pools, slack
         "chat-8b-warm carries 100 % of the pair's traffic.",
     ]
     assert not TrafficShiftEvent.objects.filter(notified_at__isnull=True).exists()
+
+
+def test_the_channels_page_shows_the_sentence(pool: Pool, slack_channel: Channel, bob: User, client) -> None:  # noqa: ANN001, F811
+    breakers.evaluate(pool, {"chat-0": WindowCounts(200, 30), "chat-1": WindowCounts(200, 0)}, timezone.now(), Pods())
+    traffic_notify.fan_out()
+    client.force_login(bob)
+    page = client.get(reverse("incidents:channels")).content.decode()
+    assert "The circuit breaker of endpoint chat-0 of pool" in page and "Message from a playbook step" not in page
