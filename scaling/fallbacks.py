@@ -125,7 +125,8 @@ def breaker_picture(policy: FallbackPolicy, now: datetime) -> breaker_engine.Bre
     """The primary's breakers as the fallback reads them. Only breakers evaluated (or moved) in the last
     STALE_AFTER_S count: the row of a pod that is gone stays behind, and says nothing about today."""
     rows = CircuitBreaker.objects.filter(Q(pool=policy.pool) | Q(scope=BreakerScope.SYSTEM))
-    fresh = [row for row in rows if 0 <= (now - _evaluated_at(row)).total_seconds() <= STALE_AFTER_S]
+    # No lower bound: a beat evaluating the breakers a moment after this tick's `now` still counts.
+    fresh = [row for row in rows if (now - _evaluated_at(row)).total_seconds() <= STALE_AFTER_S]
     endpoints = {row.endpoint: row.state for row in fresh if row.scope == BreakerScope.ENDPOINT}
     pool_state = next((row.state for row in fresh if row.scope == BreakerScope.POOL), None)
     system_state = next((row.state for row in fresh if row.scope == BreakerScope.SYSTEM), None)

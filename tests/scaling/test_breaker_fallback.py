@@ -161,3 +161,15 @@ def test_the_system_breaker_sends_pools_with_a_policy_and_a_disabled_one_stays(s
     assert activation.phase == FallbackPhase.ACTIVE and weights(kube) == {PRIMARY: 15, FALLBACK: 85}
     assert "system circuit breaker is open" in activation.reasons[0]
     assert CircuitBreaker.objects.get(scope=BreakerScope.SYSTEM).transitions.count() == 3
+
+
+def test_breakers_not_evaluated_lately_say_nothing(sandbox, policy) -> None:  # noqa: ANN001
+    kube, now = sandbox, timezone.now()
+    FallbackPolicy.objects.filter(pk=policy.pk).update(enabled=False)
+    breakers.evaluate(policy.pool, {pod: WindowCounts(200, 100) for pod in pods(kube)}, now - timedelta(minutes=5))
+    FallbackPolicy.objects.filter(pk=policy.pk).update(enabled=True)
+    feed(policy, now, 0)
+    # Rows five minutes old (the pods may be gone, Prometheus may be down): no verdict, nothing moves.
+    assert fallbacks.tick(policy.pk, now=now) is None
+    assert weights(kube) == {PRIMARY: 100, FALLBACK: 0}
+    assert FallbackPolicy.objects.get(pk=policy.pk).last_decision["reasons"] == ["no overload"]
