@@ -186,3 +186,19 @@ def test_the_channels_page_shows_the_sentence(pool: Pool, slack_channel: Channel
     client.force_login(bob)
     page = client.get(reverse("incidents:channels")).content.decode()
     assert "The circuit breaker of endpoint chat-0 of pool" in page and "Message from a playbook step" not in page
+
+
+def test_the_sentences_for_a_gate_and_a_failure() -> None:
+    from scaling.models import TrafficShift
+
+    giving, receiving = Pool(name="chat-8b"), Pool(name="chat-8b-warm")
+    shift = TrafficShift(pk=9, from_pool=giving, to_pool=receiving, route_name="r", steps=[80, 95, 100])
+    gate = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.HOLDING, to_phase=ShiftPhase.WAITING_APPROVAL, step=1)
+    assert traffic_notify.shift_text(gate) == ("Traffic shift #9 from pool chat-8b to pool chat-8b-warm (route r) waits "
+                                               "for an operator's approval before step 2 (95 % to chat-8b-warm).")
+    failed = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.STEPPING, to_phase=ShiftPhase.FAILED, step=2,
+                               comment="the route changed under the shift: nothing written")
+    assert traffic_notify.shift_text(failed).endswith("failed and moves no more traffic: the route changed under the "
+                                                      "shift: nothing written.")
+    holding = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.STEPPING, to_phase=ShiftPhase.HOLDING, step=2)
+    assert traffic_notify.shift_text(holding) is None  # each step is on the shift's card, not in the channel
