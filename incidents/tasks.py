@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from incidents import alerts, services
+from incidents import alerts, services, traffic_notify
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -19,9 +19,17 @@ def dispatch_events() -> None:
 
 
 @shared_task(ignore_result=True)
+def dispatch_traffic_events() -> None:
+    """Fan new fallback, breaker and shift events out to channels and send what that created."""
+    for notification_id in traffic_notify.fan_out():
+        deliver_notification.delay(notification_id)
+
+
+@shared_task(ignore_result=True)
 def sweep_outbox() -> None:
     """The outbox's safety net: events nobody fanned out, and retries whose backoff has passed."""
     services.fan_out()
+    traffic_notify.fan_out()  # delivered by the retry half below: each new one is due now
     for notification_id in services.due_notifications():
         deliver_notification.delay(notification_id)
 

@@ -68,20 +68,40 @@ def _move(breaker: CircuitBreaker, target: str, actor: core.Actor, reason: str, 
     core.record(actor, f"breaker-{target}", breaker, before=before, team=breaker.pool.team if breaker.pool else None)
 
 
-def _step(breaker: CircuitBreaker, counts: engine.WindowCounts, now: datetime) -> None:
+def _step(breaker: CircuitBreaker, counts: engine.WindowCounts, now: datetime) -> bool:
+    """One evaluation of a locked breaker; True when it changed state."""
     breaker.last_counts = {"requests": counts.requests, "failures": counts.failures, "at": now.isoformat()}
     if breaker.forced:
         breaker.last_reasons = [f"forced {breaker.state} by a person"]
         breaker.save()
-        return
+        return False
     state = engine.BreakerState(breaker.state, breaker.since.timestamp(), breaker.probe_successes)
     decision = engine.decide_breaker(now.timestamp(), counts, _thresholds(breaker), state)
     breaker.last_reasons = list(decision.reasons)
     if decision.transition is not None:
         _move(breaker, decision.state.state, AUTO, "; ".join(decision.reasons), now)
-    else:
-        breaker.probe_successes = decision.state.probe_successes
-        breaker.save()
+        return True
+    breaker.probe_successes = decision.state.probe_successes
+    breaker.save()
+    return False
+
+
+def tick_fallbacks(pools: list[Pool], now: datetime) -> list[int]:
+    """A breaker that moved changes what the pool can serve: its fallback policy decides at once (the
+    fallback service's ordinary tick, under the policy's lock: audited, idempotent), instead of at the
+    next `advance-fallbacks` beat. Returns the pools ticked; one failure never stops the others."""
+    from scaling import fallbacks  # fallbacks reads the breakers' rows; imported here to keep the graph flat
+    from scaling.models import FallbackPolicy
+
+    ticked = []
+    for pool_id in FallbackPolicy.objects.filter(pool__in=pools, enabled=True).order_by("pk") \
+            .values_list("pk", flat=True):
+        try:
+            fallbacks.tick(pool_id, now=now)
+            ticked.append(pool_id)
+        except Exception:  # noqa: BLE001 - logged; the advance-fallbacks beat tries again
+            logger.exception("the fallback tick of pool #%s after a breaker transition failed", pool_id)
+    return ticked
 
 
 def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime | None = None,
@@ -93,13 +113,17 @@ def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime |
     # Every known endpoint steps, with or without requests: an ejected pod gets none, and its cool-down
     # must still end in the probes.
     known = CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool).values_list("endpoint", flat=True)
+    moved = False
     with transaction.atomic():
         for endpoint in sorted(set(counts) | set(known)):
-            _step(_breaker(BreakerScope.ENDPOINT, pool, endpoint, now), counts.get(endpoint, engine.WindowCounts(0, 0)),
-                  now)
+            moved |= _step(_breaker(BreakerScope.ENDPOINT, pool, endpoint, now),
+                           counts.get(endpoint, engine.WindowCounts(0, 0)), now)
         total = engine.WindowCounts(sum(c.requests for c in counts.values()), sum(c.failures for c in counts.values()))
-        _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
-    return reconcile(pool, driver)
+        moved |= _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
+    states = reconcile(pool, driver)
+    if moved:
+        tick_fallbacks([pool], now)
+    return states
 
 
 def evaluate_system(counts: engine.WindowCounts, now: datetime | None = None) -> CircuitBreaker:
@@ -117,7 +141,9 @@ def evaluate_system(counts: engine.WindowCounts, now: datetime | None = None) ->
         except IntegrityError:
             pass
         breaker = CircuitBreaker.objects.select_for_update().get(scope=BreakerScope.SYSTEM, pool=None, endpoint="")
-        _step(breaker, counts, now)
+        moved = _step(breaker, counts, now)
+    if moved:  # open: every pool with a fallback policy may send traffic there; closed: they may return
+        tick_fallbacks(list(Pool.objects.filter(fallback_policy__enabled=True)), now)
     return breaker
 
 
@@ -154,12 +180,16 @@ def force(breaker_id: int, state: str, actor: core.Actor, comment: str = "", dri
             core.record(actor, "breaker-release", breaker, team=breaker.pool.team if breaker.pool else None)
         else:
             breaker.forced = True
-            if breaker.state != state:
+            moved = breaker.state != state
+            if moved:
                 _move(breaker, state, actor, comment or f"forced {state} by {actor.name}", now)
             else:
                 breaker.save()
     if breaker.pool is not None and breaker.scope == BreakerScope.ENDPOINT:
         reconcile(breaker.pool, driver)
+    if state != "release" and moved:
+        tick_fallbacks([breaker.pool] if breaker.pool is not None
+                       else list(Pool.objects.filter(fallback_policy__enabled=True)), now)
     return breaker
 
 

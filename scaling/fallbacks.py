@@ -23,20 +23,22 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from controlplane import services as core
 from controlplane.models import Pool
 from scaling import traffic
-from scaling.choices import FALLBACK_OPEN_PHASES, SHIFT_ACTIVE_PHASES, FallbackPhase
+from scaling.choices import FALLBACK_OPEN_PHASES, SHIFT_ACTIVE_PHASES, BreakerScope, FallbackPhase
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.registry import route_router
 from scaling.drivers.routing import RoutePremiseChanged, RouteRef, Router, WeightPremise
+from scaling.engine import breakers as breaker_engine
 from scaling.engine import fallback as engine
 from scaling.engine.shifting import pair_weights
-from scaling.engine.signals import PoolSignals, Reading
-from scaling.models import FallbackActivation, FallbackEvent, FallbackPolicy, PlannerMemory, PoolStatus, TrafficShift
+from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading
+from scaling.models import CircuitBreaker, FallbackActivation, FallbackEvent, FallbackPolicy, PlannerMemory, PoolStatus, TrafficShift
 
 logger = logging.getLogger(__name__)
 AUTO = traffic.AUTO
@@ -114,6 +116,25 @@ def _rate(signals: PoolSignals) -> float | None:
     return float(signals.request_rate_rps.value) if signals.request_rate_rps.is_known else None  # type: ignore[arg-type]
 
 
+def _evaluated_at(breaker: CircuitBreaker) -> datetime:
+    at = parse_datetime((breaker.last_counts or {}).get("at", "")) if breaker.last_counts else None
+    return max(at, breaker.since) if at is not None else breaker.since
+
+
+def breaker_picture(policy: FallbackPolicy, now: datetime) -> breaker_engine.BreakerPicture:
+    """The primary's breakers as the fallback reads them. Only breakers evaluated (or moved) in the last
+    STALE_AFTER_S count: the row of a pod that is gone stays behind, and says nothing about today."""
+    rows = CircuitBreaker.objects.filter(Q(pool=policy.pool) | Q(scope=BreakerScope.SYSTEM))
+    # No lower bound: a beat evaluating the breakers a moment after this tick's `now` still counts.
+    fresh = [row for row in rows if (now - _evaluated_at(row)).total_seconds() <= STALE_AFTER_S]
+    endpoints = {row.endpoint: row.state for row in fresh if row.scope == BreakerScope.ENDPOINT}
+    pool_state = next((row.state for row in fresh if row.scope == BreakerScope.POOL), None)
+    system_state = next((row.state for row in fresh if row.scope == BreakerScope.SYSTEM), None)
+    return breaker_engine.fallback_picture(endpoints, pool_state, system_state,
+                                           has_fallback=policy.pool.fallback_pool_id is not None,
+                                           enabled=policy.enabled)
+
+
 def decide(policy: FallbackPolicy, now: datetime) -> engine.FallbackDecision:
     """The engine's decision for the policy's pool this tick, from the loop's stored signals."""
     from scaling import loop  # the loop imports the services this module's callers use
@@ -129,9 +150,11 @@ def decide(policy: FallbackPolicy, now: datetime) -> engine.FallbackDecision:
     fallback_capacity = (float(ready.value) * fallback.replica_capacity_rps  # type: ignore[arg-type]
                          if ready.is_known else math.inf)
     eligible = policy.eligible_share if policy.classes else 0.0  # no class may fall back: nothing is eligible
+    breakers = breaker_picture(policy, now)
     return engine.fallback_step(now.timestamp(), signals, loop.pool_plan(primary), _state_of(policy),
                                 engine_policy(policy), demand_rps=demand, eligible_share=eligible,
-                                fallback_capacity_rps=fallback_capacity)
+                                fallback_capacity_rps=fallback_capacity, ejected_replicas=breakers.ejected,
+                                breaker_open=breakers.failing)
 
 
 def route_percent_for(policy: FallbackPolicy, share: float) -> int:

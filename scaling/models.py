@@ -284,6 +284,8 @@ class TrafficShiftEvent(models.Model):
     channel = models.CharField(max_length=16, choices=Channel.choices)
     comment = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
+    # The notification outbox's read cursor (incidents/traffic_notify.py): set when fanned out to channels.
+    notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
@@ -422,6 +424,8 @@ class FallbackEvent(models.Model):
     channel = models.CharField(max_length=16, choices=Channel.choices)
     comment = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
+    # The notification outbox's read cursor (incidents/traffic_notify.py): set when fanned out to channels.
+    notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
@@ -469,6 +473,8 @@ class BreakerTransition(models.Model):
     actor_name = models.CharField(max_length=150)
     channel = models.CharField(max_length=16, choices=Channel.choices)
     reason = models.TextField(blank=True)
+    # The notification outbox's read cursor (incidents/traffic_notify.py): set when fanned out to channels.
+    notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]

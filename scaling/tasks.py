@@ -6,6 +6,13 @@ from celery import shared_task
 from scaling import services
 
 
+def _announce() -> None:
+    """The moves this beat made go to the teams' channels now, not at the next outbox sweep."""
+    from incidents.tasks import dispatch_traffic_events  # incidents imports scaling's models
+
+    dispatch_traffic_events.delay()
+
+
 @shared_task(ignore_result=True, acks_late=True)
 def execute_proposal(proposal_id: int) -> None:
     services.execute(proposal_id)
@@ -38,6 +45,7 @@ def advance_shifts() -> None:
 
     prescale_shift.sweep()  # shifts that succeeded pre-scales call for, if their own start was lost
     traffic.advance()
+    _announce()
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -54,6 +62,7 @@ def advance_fallbacks() -> None:
     from scaling import fallbacks
 
     fallbacks.advance()
+    _announce()
 
 
 @shared_task(ignore_result=True)
@@ -62,3 +71,4 @@ def evaluate_breakers() -> None:
     from scaling import breakers
 
     breakers.advance()
+    _announce()

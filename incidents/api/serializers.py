@@ -3,7 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api.serializers import TeamSlugField
+from controlplane.api.serializers import STRICT_FIELDS, TeamSlugField
 from incidents import outbound, rules, timeline
 from incidents.models import (
     Alert, Channel, Incident, IncidentEvent, Notification, Playbook, PlaybookRun, PlaybookRunStep, PlaybookStep, Silence,
@@ -11,6 +11,7 @@ from incidents.models import (
 
 
 class ChannelSerializer(serializers.ModelSerializer):
+    serializer_field_mapping = STRICT_FIELDS  # `name` is a string only: 0 is a 400, not a channel named "0"
     team = TeamSlugField()
     settings = serializers.JSONField(write_only=True, help_text="Kind-specific; see docs/slack.md. Never read back.")
     target = serializers.SerializerMethodField(help_text="Scheme and host only: webhook paths carry secrets.")
@@ -55,6 +56,7 @@ class AlertSerializer(serializers.ModelSerializer):
 
 
 class SilenceSerializer(serializers.ModelSerializer):
+    serializer_field_mapping = STRICT_FIELDS  # `comment` is a string only, like every text field of the API
     team = TeamSlugField()
     matchers = serializers.JSONField(help_text='All must match: [{"label": "pool", "value": "12"}]; labels: '
                                                + ", ".join(rules.MATCHABLE) + ".")

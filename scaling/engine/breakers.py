@@ -126,3 +126,31 @@ def routable_endpoints(breakers: dict[str, BreakerState]) -> list[str]:
 def system_sends_to_fallback(system: BreakerState, has_fallback: bool, enabled: bool = True) -> bool:
     """Whether the open system breaker moves a pool's fallback-eligible traffic to its fallback."""
     return enabled and has_fallback and system.state == OPEN
+
+
+@dataclass(frozen=True)
+class BreakerPicture:
+    """What a pool's breakers say to its fallback decision (scaling/engine/fallback.py)."""
+
+    ejected: int  # endpoints whose breaker is open: they serve nothing
+    failing: str  # why the pool as a whole is failing, "" when it is not
+
+
+def fallback_picture(endpoints: dict[str, str], pool_state: str | None = None, system_state: str | None = None,
+                     *, has_fallback: bool = True, enabled: bool = True) -> BreakerPicture:
+    """A pool's endpoint breakers' states (endpoint -> state), its pool breaker's and the system breaker's,
+    read for the fallback: open endpoints take no traffic (ejected; when all are open they stay in the
+    route but still fail), and all endpoints open, the pool breaker open with no endpoint open, or the
+    system breaker open (`system_sends_to_fallback`) mean the pool as a whole is failing."""
+    opened = sorted(name for name, state in endpoints.items() if state == OPEN)
+    if endpoints and len(opened) == len(endpoints):
+        failing = f"circuit breakers open on all {len(endpoints)} endpoints of the pool"
+    elif pool_state == OPEN and not opened:
+        # Failures spread over endpoints none of which could be judged alone. When endpoints are open,
+        # the pool breaker counts their failures too: the ejections say more (what is left serves).
+        failing = "the pool's circuit breaker is open"
+    elif system_state is not None and system_sends_to_fallback(BreakerState(system_state), has_fallback, enabled):
+        failing = "the system circuit breaker is open (errors across every pool)"
+    else:
+        failing = ""
+    return BreakerPicture(len(opened), failing)

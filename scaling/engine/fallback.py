@@ -88,6 +88,11 @@ class FallbackInputs:
     desired_replicas: int = 0
     max_replicas: int = 1_000_000
     fallback_capacity_rps: float = math.inf  # what the fallback pool's ready replicas serve at its SLO
+    # Circuit breakers (scaling/engine/breakers.py): ready replicas whose endpoint breaker is open serve
+    # nothing; `breaker_open` says why the primary as a whole is failing (all its endpoints or its pool
+    # breaker open, or the system breaker), "" when it is not.
+    ejected_replicas: int = 0
+    breaker_open: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,9 @@ def _needed_replicas(inputs: FallbackInputs, policy: FallbackPolicy) -> float:
 
 def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: FallbackState) -> FallbackDecision:
     now = inputs.now_s
+    ejected = min(max(0, inputs.ejected_replicas), inputs.ready_replicas)
+    # An ejected endpoint takes no traffic: every capacity figure below counts the routable ones only.
+    inputs = replace(inputs, ready_replicas=inputs.ready_replicas - ejected)
     recent = tuple((at, rps) for at, rps in state.recent_demand if at > now - policy.demand_window_s + 1e-9)
     if math.isfinite(inputs.demand_rps):
         recent += ((now, inputs.demand_rps),)
@@ -195,6 +203,12 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
             reasons.append(f"{latency_text} over the {inputs.slo_latency_s:.2f} s SLO for {now - over_since:.0f} s"
                            f" with {inputs.ready_replicas} ready and {in_time} arriving within "
                            f"{policy.in_time_s:.0f} s ({math.ceil(needed)} needed for {inputs.demand_rps:.1f} req/s)")
+        elif inputs.breaker_open:
+            reasons.append(inputs.breaker_open)
+        elif ejected and overflow > 0.0:
+            reasons.append(f"circuit breakers ejected {ejected} of {ejected + inputs.ready_replicas} ready replicas: "
+                           f"the {inputs.ready_replicas} left serve less than the demand of "
+                           f"{inputs.demand_rps:.1f} req/s ({math.ceil(needed)} needed)")
         if reasons and inputs.eligible_share <= 0.0:
             return FallbackDecision(0.0, INACTIVE, ("overloaded, but no request class may fall back",),
                                     replace(state, calm_since_s=None), None, overflow)
@@ -205,12 +219,13 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
             if reasons and limit <= 0.0:
                 why = "the fallback pool has no ready capacity"
             return FallbackDecision(0.0, INACTIVE, (why,), replace(state, calm_since_s=None), None, overflow)
-        share = min(max(overflow, policy.min_share), limit)
+        # A primary failing as a whole sends all it may; otherwise the overflow decides.
+        share = limit if inputs.breaker_open else min(max(overflow, policy.min_share), limit)
         reasons.append(f"diverting {share:.0%} of the fallback-eligible traffic (overflow {overflow:.0%})")
         new = replace(state, phase=ACTIVE, share=share, since_s=now, calm_since_s=None, return_step=0, step_since_s=None)
         return FallbackDecision(share, ACTIVE, tuple(reasons), new, ENTERED, overflow)
 
-    ready_covers = inputs.ready_replicas >= needed
+    ready_covers = inputs.ready_replicas >= needed and not inputs.breaker_open
     calm = _calm(inputs, policy) and ready_covers
     calm_since = (state.calm_since_s if state.calm_since_s is not None else now) if calm else None
     state = replace(state, calm_since_s=calm_since)
@@ -218,7 +233,7 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
     if state.phase == ACTIVE:
         # The share rises with the overflow at once and never falls while active: it comes down only
         # through the stepped return, so a noisy signal cannot make it flap.
-        share = min(max(state.share, overflow), limit)
+        share = limit if inputs.breaker_open else min(max(state.share, overflow), limit)
         if calm_since is not None and now - calm_since >= policy.exit_after_s - 1e-9:
             share = state.share * policy.return_steps[0]
             reason = (f"{latency_text} below {policy.exit_latency_ratio:.0%} of the SLO for {now - calm_since:.0f} s "
@@ -231,6 +246,8 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
             return FallbackDecision(share, RESTORING, (reason,), new, RETURN_STARTED, overflow)
         if calm_since is not None:
             reason = f"calm for {now - calm_since:.0f} s of {policy.exit_after_s:.0f} s before the return"
+        elif inputs.breaker_open:
+            reason = inputs.breaker_open
         elif not ready_covers:
             reason = f"{inputs.ready_replicas} ready replicas, {math.ceil(needed)} needed"
         else:
@@ -240,9 +257,10 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
 
     # RESTORING: a sustained overload, or demand past the ready replicas again, sends it back to
     # active; otherwise it steps down after each hold.
-    if sustained or overflow > state.share:
-        share = min(max(state.share, overflow, policy.min_share), limit)
-        reason = (f"{latency_text} over the SLO again during the return: back to {share:.0%}" if sustained else
+    if sustained or overflow > state.share or inputs.breaker_open:
+        share = limit if inputs.breaker_open else min(max(state.share, overflow, policy.min_share), limit)
+        reason = (f"{inputs.breaker_open} during the return: back to {share:.0%}" if inputs.breaker_open else
+                  f"{latency_text} over the SLO again during the return: back to {share:.0%}" if sustained else
                   f"the overflow ({overflow:.0%}) is above the returning share again: back to {share:.0%}")
         new = replace(state, phase=ACTIVE, share=share, since_s=now, calm_since_s=None, step_since_s=None)
         return FallbackDecision(share, ACTIVE, (reason,), new, REACTIVATED, overflow)
@@ -296,6 +314,8 @@ def fallback_step(
     eligible_share: float,
     arriving_requested_at_s: tuple[float, ...] = (),
     fallback_capacity_rps: float = math.inf,
+    ejected_replicas: int = 0,
+    breaker_open: str = "",
 ) -> FallbackDecision:
     """The fallback decision for one tick, from what the loop and the replay both have.
 
@@ -320,6 +340,8 @@ def fallback_step(
             queue_depth=_value(signals.queue_depth),
             max_replicas=plan.max_replicas,
             fallback_capacity_rps=fallback_capacity_rps,
+            ejected_replicas=ejected_replicas,
+            breaker_open=breaker_open,
         ),
         policy,
         state,

@@ -206,3 +206,55 @@ def test_fallback_step_reads_the_plans_slo_signal_and_credits_arriving_at_the_co
     p95_only = fallback_step(100.0, signals(0.5), plan, state, policy, demand_rps=150.0, eligible_share=1.0,
                              arriving_requested_at_s=(50.0,) * 5)
     assert p95_only.phase == INACTIVE  # the plan judges by p99, which is fine here
+
+
+# --- circuit breakers (scaling/engine/breakers.py `fallback_picture`) ---------------------------------
+
+
+def test_ejected_endpoints_that_leave_too_little_capacity_send_the_overflow_at_once() -> None:
+    # 10 ready replicas serve 100 req/s; breakers ejected 4: the 6 left serve 60, latency still fine.
+    decision = decide_fallback(replace(inputs(ready=10), ejected_replicas=4), POLICY, FallbackState())
+    assert (decision.phase, decision.event) == (ACTIVE, f.ENTERED)
+    assert decision.share == pytest.approx(0.4)
+    assert "ejected 4 of 10 ready replicas" in decision.reasons[0]
+
+
+def test_ejections_the_rest_can_carry_move_nothing() -> None:
+    decision = decide_fallback(replace(inputs(demand=50.0, ready=10), ejected_replicas=4), POLICY, FallbackState())
+    assert decision.phase == INACTIVE and decision.share == 0.0
+
+
+def test_a_pool_failing_as_a_whole_sends_all_it_may_and_returns_once_it_is_not() -> None:
+    failing = "circuit breakers open on all 10 endpoints of the pool"
+    capped = replace(POLICY, max_share=0.7)
+    entered = decide_fallback(replace(inputs(demand=50.0), breaker_open=failing, ejected_replicas=10), capped,
+                              FallbackState())
+    assert (entered.phase, entered.share, entered.reasons[0]) == (ACTIVE, 0.7, failing)
+    # Still failing: calm latency (the fallback carries the traffic) is no reason to return.
+    state = entered.state
+    for tick in range(1, 12):
+        decision = decide_fallback(replace(inputs(now=tick * TICK, demand=50.0, latency=0.2), breaker_open=failing,
+                                           ejected_replicas=10), capped, state)
+        state = decision.state
+        assert decision.phase == ACTIVE and failing in decision.reasons[0]
+    # The breakers close: after the calm time the return starts, and a failure during it goes back to all.
+    now = 12 * TICK
+    while state.phase == ACTIVE:
+        decision = decide_fallback(inputs(now=now, demand=50.0, latency=0.2), capped, state)
+        state, now = decision.state, now + TICK
+    assert decision.event == f.RETURN_STARTED and state.phase == RESTORING
+    back = decide_fallback(replace(inputs(now=now, demand=50.0, latency=0.2), breaker_open=failing), capped, state)
+    assert (back.phase, back.event, back.share) == (ACTIVE, f.REACTIVATED, 0.7)
+
+
+def test_the_breaker_picture() -> None:
+    from scaling.engine.breakers import BreakerPicture, fallback_picture
+
+    assert fallback_picture({"a": "open", "b": "closed", "c": "half_open"}) == BreakerPicture(1, "")
+    assert fallback_picture({"a": "open", "b": "open"}).failing.startswith("circuit breakers open on all 2")
+    # The pool breaker counts the ejected endpoints' failures too: with endpoints open it adds nothing.
+    assert fallback_picture({"a": "open", "b": "closed"}, "open").failing == ""
+    assert fallback_picture({"a": "closed"}, "open").failing == "the pool's circuit breaker is open"
+    assert "system" in fallback_picture({}, "closed", "open").failing
+    assert fallback_picture({}, "closed", "open", has_fallback=False).failing == ""
+    assert fallback_picture({}, "closed", "open", enabled=False).failing == ""

@@ -78,3 +78,12 @@ def test_the_alerts_page_groups_active_alerts_per_pool(pool: Pool, alice: User) 
     assert page.status_code == 200
     html = page.content.decode()
     assert "gpu-us-east/chat-8b" in html and f'id="alert-{alert.pk}"' in html and "0 ready replicas" in html
+
+
+def test_a_silence_comment_is_a_string_only(pool: Pool, alice: User) -> None:
+    ends = (timezone.now() + timedelta(hours=1)).isoformat()
+    good = {"team": "ml-platform", "matchers": [{"label": "rule", "value": "outage"}], "ends_at": ends}
+    refused = token_client(alice).post("/api/v1/silences/", good | {"comment": 0}, format="json")
+    assert refused.status_code == 400 and "comment" in refused.data, refused.data
+    assert not Silence.objects.exists()
+    assert token_client(alice).post("/api/v1/silences/", good | {"comment": "deploy"}, format="json").status_code == 201

@@ -55,3 +55,13 @@ def test_the_outbox_is_readable_by_the_team_only(pool: Pool, alice: User, charli
     assert body["count"] == 1 and body["results"][0]["kind"] == "post"
     assert token_client(charlie).get("/api/v1/notifications/").data["count"] == 0
     assert Notification.objects.count() == 1
+
+
+def test_a_channel_name_is_a_string_only(bob: User, ml_team: Team) -> None:
+    payload = {"team": "ml-platform", "name": 0, "kind": "slack", "settings": {"webhook_url": SLACK_URL}}
+    refused = token_client(bob).post("/api/v1/channels/", payload, format="json")
+    assert refused.status_code == 400 and "name" in refused.data, refused.data
+    assert not Channel.objects.exists()  # not a channel named "0"
+    assert token_client(bob).post("/api/v1/channels/", payload | {"name": 12.5}, format="json").status_code == 400
+    created = token_client(bob).post("/api/v1/channels/", payload | {"name": "pager"}, format="json")
+    assert created.status_code == 201, created.data

@@ -43,3 +43,18 @@ def test_two_workers_deliver_a_notification_once(pool: Pool, alice: User, slack_
     deliveries = race(lambda: services.deliver(notification_id))
     assert len([delivery for delivery in deliveries if delivery is not None]) == 1
     assert len(receiver.requests) == 2 and Notification.objects.get().attempts == 1
+
+
+def test_six_workers_fanning_out_traffic_events_announce_each_once(pool: Pool, slack_channel: Channel) -> None:
+    from incidents import traffic_notify
+    from scaling import breakers
+    from scaling.engine.breakers import WindowCounts
+
+    from tests.incidents.test_traffic_notify import Pods
+
+    breakers.evaluate(pool, {f"chat-{n}": WindowCounts(200, 30) for n in range(2)}, timezone.now(), Pods())
+    created = race(traffic_notify.fan_out)
+    ids = [pk for batch in created for pk in batch]
+    # Two endpoints and the pool tripped: three sentences, each written by exactly one worker.
+    assert len(ids) == len(set(ids)) == 3 == Notification.objects.count()
+    assert len(set(Notification.objects.values_list("text", flat=True))) == 3
