@@ -448,6 +448,18 @@ def prescale_proposal(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, cu
     peak, rate = inputs.forecast_peak, inputs.signals.request_rate_rps
     if peak is None or not peak.usable or not rate.is_known or peak.horizon_s > pool.prescale_horizon_s:
         return None
+    lead = inputs.forecast_lead
+    if lead is not None and lead.usable and peak.expected_rps <= lead.expected_rps:
+        # The peak is the lead-time forecast's (the last minutes' level, a minute or two ahead), not a
+        # rise the longer history foretells: in a burst that is the burst, which the reactive and
+        # predictive terms size every tick. Pre-scaling on it would hold that size for 30 minutes.
+        return None
+    recent = inputs.recent_peak_rps
+    if recent is not None and math.isfinite(recent) and peak.expected_rps <= recent:
+        # The forecast expects no more than the pool served within the last 30 minutes: an echo of
+        # a burst that just ended (its level still in the smoothing), not a new peak to warm up for.
+        # The reactive terms already know that load; a pre-scale would hold it for 30 minutes more.
+        return None
     current_rps = float(rate.value)  # type: ignore[arg-type]
     # A pool idling below one replica's capacity is compared with that capacity, not with ~0.
     base = max(current_rps, capacity_rps * pool.min_replicas)

@@ -392,6 +392,25 @@ def test_it_proposes_a_pre_scale_at_3x_within_30_minutes(case, rate, peak, expec
         assert p.PRESCALE in decision.reasons
 
 
+@pytest.mark.parametrize(
+    ("case", "lead", "peak", "recent_peak"),
+    [
+        # code surge 10:5 (bench/headroom_suite.py) minute 24: a 15-s lull inside a surge of 50-70 req/s
+        # made a 41-replica pre-scale that held 41 replicas for the 30 minutes after the surge ended.
+        ("a lull inside a burst: the peak is the lead-time forecast's level", (68.0, 90.0), (68.0, 90.0), 50.0),
+        ("after a burst: the long forecast echoes what the pool served minutes ago", (10.0, 20.0), (80.0, 120.0), 90.0),
+    ],
+)
+def test_it_makes_no_pre_scale_for_a_burst_the_pool_is_in_or_just_had(case, lead, peak, recent_peak):
+    decision = plan(inputs(signals(ready=2, rate=5.7), lead=lead, peak=peak, recent_peak=recent_peak), POOL,
+                    good_state(2))
+    assert decision.prescale is None, case
+    # The same long forecast with a quiet past and a quiet next two minutes is a peak to warm up for.
+    quiet = plan(inputs(signals(ready=2, rate=5.7), lead=(6.0, 8.0), peak=peak, recent_peak=8.0), POOL,
+                 good_state(2))
+    assert quiet.prescale is not None and quiet.prescale.forecast_peak_rps == peak[0], case
+
+
 def test_a_pre_scale_proposal_is_not_made_again_every_tick():
     sig = signals(ready=2, rate=40.0)
     first = plan(inputs(sig, lead=(40.0, 40.0), peak=(120.0, 150.0)), POOL, good_state())
