@@ -114,6 +114,9 @@ class ReportSpec:
     # the day before it: the highest 1-minute rate of the stored 24 hours stands in for it).
     day_peak_seed_rps: float = 0.0
     what_if: bool = False  # an incident window: compare every setting with what ran (`what_if`)
+    # Under `day-peak`, the planner's own warm-pool fraction under the standing floor: 0 for a report
+    # (the sizes alone), the pool's setting for an incident (its 0 % row is then what ran).
+    base_warm_pct: float = 0.0
 
     def all_sizes_pct(self) -> tuple[float, ...]:
         """The sizes replayed: the asked ones, the baseline (0 %) and the current setting, ascending."""
@@ -357,19 +360,20 @@ class DayPeakFloor:
         return policy.decide(now, observation, state.inner)
 
 
-def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str,
-               seed_peak_rps: float = 0.0) -> HeadroomPolicy | DayPeakFloor:
+def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str, seed_peak_rps: float = 0.0,
+               base_warm_pct: float = 0.0) -> HeadroomPolicy | DayPeakFloor:
     if peak_basis not in PEAK_BASES:
         raise ReportInputError(f"peak: {peak_basis!r} is not one of {', '.join(PEAK_BASES)}")
     if peak_basis == "forecast":
         return HeadroomPolicy(replace(plan, warm_pool_fraction=warm_pct / 100.0))
-    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=0.0)), warm_pct / 100.0, seed_peak_rps)
+    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=base_warm_pct / 100.0)), warm_pct / 100.0,
+                        seed_peak_rps)
 
 
 def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: float, peak_basis: str = "forecast",
             progress: Callable[[float, float], None] | None = None, mode: str = "fluid",
-            seed_peak_rps: float = 0.0, route: FallbackRoute | None = None) -> SimResult:
-    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps)
+            seed_peak_rps: float = 0.0, route: FallbackRoute | None = None, base_warm_pct: float = 0.0) -> SimResult:
+    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct)
     if route is not None:
         return run_route_mode(workload, config, policy, route, progress)
     if mode == "request":
@@ -444,7 +448,7 @@ def _replay_size(job: tuple[Workload, ReportSpec, PoolPlan, float, FallbackRoute
     """One size, start to finish (a top-level function so a process pool can run it)."""
     workload, spec, plan, warm_pct, route = job
     result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis, mode=spec.mode,
-                     seed_peak_rps=spec.day_peak_seed_rps, route=route)
+                     seed_peak_rps=spec.day_peak_seed_rps, route=route, base_warm_pct=spec.base_warm_pct)
     return result, _minute_series(result, spec.warmup_s, workload.span_s)
 
 
@@ -492,7 +496,7 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
 
             workload_, spec_, plan_, size, route_ = job
             result = _replay(workload_, config, plan_, size, spec_.peak_basis, within, spec_.mode,
-                             spec_.day_peak_seed_rps, route_)
+                             spec_.day_peak_seed_rps, route_, spec_.base_warm_pct)
             outcomes[key] = (result, _minute_series(result, spec.warmup_s, workload.span_s))
             report_progress((done_before + number + 1) / steps)
     rows = [_size_result(size, *outcomes[(size, False)], spec) for size in sizes]
@@ -693,7 +697,10 @@ def assumptions(spec: ReportSpec, plan: PoolPlan, workload: Workload) -> list[st
                              "(prompt median 1,020, output median 129 tokens)."),
         f"Cold starts: {spec.cold_start_source}.",
         f"Prices: {spec.prices.source}.",
-        f"Policy: the live decide step; {_basis_sentence(spec.peak_basis)} min {spec.min_replicas}, "
+        f"Policy: the live decide step; {_basis_sentence(spec.peak_basis)}"
+        + (f" on top of the planner's own warm floor at {spec.base_warm_pct:g} % (the pool's setting; the 0 % row is "
+           "what ran);" if spec.peak_basis == "day-peak" and spec.base_warm_pct else "")
+        + f" min {spec.min_replicas}, "
         f"max {spec.max_replicas} replicas.",
         _fallback_sentence(spec),
         "Not modelled: " + "; ".join(NOT_MODELLED) + ".",
