@@ -621,8 +621,10 @@ def what_if(report: Report, spec: ReportSpec, scored_s: float) -> dict[str, Any]
         "cost_basis": "the window's extra on-demand cost, run for 30 days",
         "summary": (f"In the replay of the incident, {missed_total:,} of {ran_row.requests:,} requests missed the SLO "
                     f"at the current {current:g} %{' with the fallback' if ran_with_fallback else ''}."
-                    + (f" Best alternative: {best['line']}" if best and best["would_have_met"] > 0 else
-                       " No alternative setting would have saved any of them.")),
+                    + (f" Best alternative: {best['line']}" if best and best["would_have_met"] > best["newly_missed"]
+                       else " No alternative setting would have had fewer requests miss it"
+                       + (" (some save a few and lose others: see each line)."
+                          if any(a["would_have_met"] for a in alternatives) else "."))),
     }
 
 

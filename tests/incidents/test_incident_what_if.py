@@ -75,6 +75,8 @@ def test_the_what_if_runs_and_lands_in_the_view_and_the_postmortem(client, incid
     assert any(row["with_fallback"] for row in report.result["rows"])
     saving = [alternative for alternative in what_if["alternatives"] if alternative["would_have_met"]]
     assert saving, what_if["summary"]
+    best = what_if["best"]
+    assert ("Best alternative: " + best["line"] in what_if["summary"]) == (best["would_have_met"] > best["newly_missed"])
 
     fragment = client.get(f"/incidents/{incident.pk}/what-if/").content.decode()
     assert "every 2s" not in fragment and what_if["summary"].split(",")[0] in fragment
