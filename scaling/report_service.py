@@ -25,7 +25,7 @@ from controlplane import services as core
 from controlplane.choices import AuditAction, SloIndicator
 from controlplane.models import Pool
 from scaling import reports
-from scaling.choices import PeakBasis, ReportState
+from scaling.choices import REPORT_ACTIVE_STATES, PeakBasis, ReportState
 from scaling.models import ColdStart, FallbackPolicy, SignalSample, WarmPoolReport
 from scaling.sim import transforms
 from scaling.sim.loaders import TraceFormatError, load_trace
@@ -137,7 +137,8 @@ def request_what_if(incident: "Incident", actor: core.Actor, *,
                     sizes_pct: tuple[float, ...] = WHAT_IF_DEFAULT_SIZES_PCT, peak_basis: str = PeakBasis.DAY_PEAK,
                     enqueue: bool = True, now: datetime | None = None) -> WarmPoolReport:
     """Replay an incident's window at other warm-pool settings (and with the fallback model): a report
-    linked from the incident (`Incident.what_if`), run by a worker like any other."""
+    linked from the incident (`Incident.what_if`), run by a worker like any other. While one is pending
+    or running, asking again answers that one."""
     from incidents.models import Incident  # incidents depends on scaling, not the other way
 
     if incident.pool_id is None:
@@ -155,6 +156,9 @@ def request_what_if(incident: "Incident", actor: core.Actor, *,
         raise ReportRequestError("the incident's window is shorter than two minutes: nothing to replay", "incident")
     with transaction.atomic():
         locked = Incident.objects.select_for_update().get(pk=incident.pk)
+        running = WarmPoolReport.objects.filter(pk=locked.what_if_id, state__in=REPORT_ACTIVE_STATES).first()
+        if running is not None:  # a second click while it runs: the same replay, not another one
+            return running
         report = WarmPoolReport.objects.create(
             pool_id=locked.pool_id, days=round((end - start).total_seconds() / 86_400.0, 6),
             sizes_pct=[float(size) for size in sizes_pct], peak_basis=peak_basis, window_start=start, window_end=end,

@@ -206,22 +206,27 @@ class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
         return Response(serializers.IncidentEventSerializer(event).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=serializers.IncidentWhatIfSerializer,
-                   responses={201: WarmPoolReportSerializer, **{k: v for k, v in ACTION_RESPONSES.items() if k != 200}})
+                   responses={200: WarmPoolReportSerializer, 201: WarmPoolReportSerializer,
+                              **{k: v for k, v in ACTION_RESPONSES.items() if k != 200}})
     @action(detail=True, methods=["post"], url_path="what-if")
     def what_if(self, request: Request, pk: str | None = None) -> Response:
         """Replay the incident's window at other warm-pool settings (and with the fallback model): a
-        warm-pool report, run by a worker; follow it at `/api/v1/reports/{id}/` (its `result.what_if`)."""
+        warm-pool report, run by a worker; follow it at `/api/v1/reports/{id}/` (its `result.what_if`).
+        `201` for a new replay, `200` with the one still running."""
         incident = self.get_object()
         incoming = serializers.IncidentWhatIfSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
+        before = incident.what_if_id
         try:
             report = report_service.request_what_if(
                 incident, self.actor, sizes_pct=tuple(data.get("sizes_pct") or report_service.WHAT_IF_DEFAULT_SIZES_PCT),
                 peak_basis=data["peak_basis"])
         except report_service.ReportRequestError as exc:
             raise ValidationError({exc.field: [str(exc)]}) from None
-        return Response(WarmPoolReportSerializer(report).data, status=status.HTTP_201_CREATED)
+        # 200: the replay already running for this incident; 201: a new one.
+        return Response(WarmPoolReportSerializer(report).data,
+                        status=status.HTTP_200_OK if report.pk == before else status.HTTP_201_CREATED)
 
     @extend_schema(responses={(200, "text/markdown"): OpenApiResponse(description="The postmortem as Markdown.")})
     @action(detail=True, methods=["get"])

@@ -83,6 +83,9 @@ def test_the_what_if_runs_and_lands_in_the_view_and_the_postmortem(client, incid
     assert saving[0]["line"].replace("$", "") in fragment.replace("$", "")
     assert f'href="/reports/{report.pk}/"' in fragment
 
+    page = client.get(f"/reports/{report.pk}/").content.decode()  # the report itself, with its fallback column
+    assert "With the fallback: SLO met" in page and "Fallback model: meta-llama/Llama-3.2-1B-Instruct" in page
+
     markdown = postmortem.render(Incident.objects.get(pk=incident.pk))
     section = markdown.split("## What if")[1].split("## Notes")[0]
     assert what_if["summary"] in section and f"warm-pool report #{report.pk}" in section
@@ -106,6 +109,8 @@ def test_the_api_asks_for_a_what_if_and_names_the_bad_field(incident: Incident, 
     body = answer.json()
     assert body["state"] == "pending" and body["sizes_pct"] == [0.0, 50.0] and body["window_start"]
     assert Incident.objects.get(pk=incident.pk).what_if_id == body["id"]
+    again = api.post(url, {}, format="json")  # asked again while it waits: the same replay
+    assert again.status_code == 200 and again.json()["id"] == body["id"] and WarmPoolReport.objects.count() == 1
     assert api.get(f"/api/v1/reports/{body['id']}/").json()["peak_basis"] == "forecast"
 
     viewer = APIClient()
