@@ -144,8 +144,9 @@ def _what_if(incident: Incident) -> list[str]:
         lines.append(f"| {alternative['warm_pool_pct']:g} % | {'yes' if alternative['with_fallback'] else 'no'} "
                      f"| {alternative['would_have_met']:,} of {alternative['missed']:,} | {alternative['newly_missed']:,} "
                      f"| {alternative['slo_attainment']:.2%} | {alternative['extra_cost_usd_per_month']:+,.0f} |")
+    trust = (report.result.get("observed_vs_replay") or {}).get("summary")
     lines += ["", f"$/month is {what_if.get('cost_basis', 'the window’s extra cost, run for 30 days')}; the replay's "
-                  "assumptions are in the report."]
+                  "assumptions are in the report." + (f" How far to trust it: {trust}" if trust else "")]
     return lines
 
 

@@ -310,7 +310,7 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
     recorded = None
     warmup_s, mode, seed_peak, what_if = reports.WARMUP_S, "fluid", 0.0, False
     if report.window_start is not None:
-        workload, start_s, warmup_s, seed_peak, source = _window_inputs(report)
+        workload, start_s, warmup_s, seed_peak, source, recorded = _window_inputs(report)
         mode = "request" if workload.expected_requests <= WHAT_IF_REQUEST_MODE_MAX else "fluid"
         what_if = True
     elif report.trace_name:
@@ -353,14 +353,14 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
     return Inputs(workload, spec, recorded)
 
 
-def _window_inputs(report: WarmPoolReport) -> tuple[Workload, float, float, float, str]:
+def _window_inputs(report: WarmPoolReport) -> tuple[Workload, float, float, float, str, reports.Recorded]:
     """An incident's window of the stored rates, the warm-up before it (as much of WHAT_IF_WARMUP_S as
     the history holds), and the highest stored rate of the 24 hours before it (the day-peak floor's start)."""
     pool, start, end = report.pool, report.window_start, report.window_end
     samples = list(SignalSample.objects.filter(
         pool=pool, at__gte=start - timedelta(seconds=WHAT_IF_WARMUP_S), at__lt=end)
-        .order_by("at").values_list("at", "request_rate_rps"))
-    known = [(at, rate) for at, rate in samples if rate is not None]
+        .order_by("at").values_list("at", "request_rate_rps", "ttft_p95_s", "ready_replicas"))
+    known = [(at, rate) for at, rate, *_ in samples if rate is not None]
     if not known:
         raise reports.ReportInputError(
             f"the pool {pool} has no stored request history from {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC "
@@ -375,4 +375,7 @@ def _window_inputs(report: WarmPoolReport) -> tuple[Workload, float, float, floa
         .aggregate(peak=Max("request_rate_rps"))["peak"] or 0.0
     source = (f"the pool's stored request rates over the incident's window {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC "
               f"({len(known):,} samples, 1-minute means), the {warmup_s / 60:.0f} minutes before it as warm-up")
-    return workload, start.timestamp(), warmup_s, float(day_before), source
+    scored = [row for row in samples if row[0] >= start]  # what the pool recorded in the window itself
+    recorded = reports.Recorded(tuple(row[2] for row in scored if row[2] is not None),
+                                tuple(row[3] for row in scored if row[3] is not None))
+    return workload, start.timestamp(), warmup_s, float(day_before), source, recorded

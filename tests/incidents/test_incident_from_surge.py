@@ -79,4 +79,9 @@ def test_a_surge_opens_a_p1_incident_whose_timeline_holds_alert_proposal_approva
     assert report.state == ReportState.SUCCEEDED, report.error
     what_if = report.result["what_if"]
     assert what_if["ran"]["requests"] > 1000 and len(what_if["alternatives"]) == 5  # sizes 0-100 by 20, 0 ran
-    assert what_if["summary"] in postmortem.render(Incident.objects.get(pk=incident.pk))
+    text = postmortem.render(Incident.objects.get(pk=incident.pk))
+    assert what_if["summary"] in text
+    # The replay against what the loop recorded in the window: the sandbox's one replica, its TTFT over 1.5 s.
+    trust = report.result["observed_vs_replay"]
+    assert trust["ready_replicas_max"]["observed"] == 1 and trust["ttft_p95_ms_median"]["observed"] > 1500
+    assert "How far to trust it: " + trust["summary"] in text
