@@ -5,6 +5,9 @@ traffic (a `Workload`: the pool's stored request rates or a trace) and a `Report
 cold starts, SLO, prices, sizes). Each size is replayed in fluid mode under the `headroom` policy,
 the live loop's decide step (`scaling/engine/decide.py`), with the warm floor set to that share of
 the expected peak; everything else is the same for every size, including the load-tested capacity.
+When the pool has a fallback model, each size is also replayed request by request through route mode
+(`with_fallback`). For an incident (`ReportSpec.what_if`), the window is replayed and every setting is
+compared with what ran, minute by minute (`would_have_met`, `what_if`).
 `scaling/report_service.py` reads the inputs from the database and stores the answer.
 """
 from __future__ import annotations
