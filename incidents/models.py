@@ -276,6 +276,9 @@ class Incident(models.Model):
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolve_suggested_at = models.DateTimeField(null=True, blank=True,
                                                 help_text="When its last alert resolved; a person still resolves it.")
+    what_if = models.ForeignKey("scaling.WarmPoolReport", on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="+", help_text="The latest replay of its window at other warm-pool "
+                                                            "settings (scaling/report_service.request_what_if).")
 
     class Meta:
         ordering = ["-opened_at", "-id"]

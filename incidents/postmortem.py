@@ -1,5 +1,5 @@
 """The postmortem of an incident as Markdown: summary, impact (SLO minutes and requests), timeline,
-decisions with their reasons, notes and follow-ups. Everything comes from stored records; a number
+decisions with their reasons, the what-if replay, notes and follow-ups. Everything comes from stored records; a number
 that cannot be known from them (p99 history, a window older than the samples kept) says so."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from controlplane.choices import SloIndicator
 from incidents.choices import IncidentEventKind
 from incidents.models import Incident
 from incidents.timeline import Entry, timeline
+from scaling.choices import ReportState
 from scaling.models import Proposal, SignalSample
 
 # A sample stands for the time until the next one, but never longer than this: a longer silence is unknown.
@@ -122,6 +123,33 @@ def _impact(incident: Incident, end: datetime) -> list[str]:
     return lines
 
 
+def _what_if(incident: Incident) -> list[str]:
+    """The replay of the incident's window at other warm-pool settings (scaling/report_service.request_what_if)."""
+    if not incident.pool_id:
+        return ["None: a system incident has no pool to replay."]
+    report = incident.what_if
+    if report is None:
+        return ["Not replayed: start it from the incident page (What if) or with "
+                "`POST /api/v1/incidents/{id}/what-if/`."]
+    if report.state == ReportState.FAILED:
+        return [f"The replay (report #{report.pk}) could not be made: {_cell(report.error)}"]
+    if report.state != ReportState.SUCCEEDED:
+        return [f"The replay (report #{report.pk}) is {report.get_state_display().lower()}, "
+                f"{report.percent_done} % done: export again when it has finished."]
+    what_if = report.result.get("what_if") or {}
+    lines = [f"Replay of {_clock(report.window_start)} to {_clock(report.window_end)} (warm-pool report #{report.pk}, "
+             f"{report.get_peak_basis_display().lower()}):", "", what_if.get("summary", ""), ""]
+    lines += ["| setting | fallback | would have met | others missed | SLO met | $/month more |", "|---|---|---|---|---|---|"]
+    for alternative in what_if.get("alternatives", []):
+        lines.append(f"| {alternative['warm_pool_pct']:g} % | {'yes' if alternative['with_fallback'] else 'no'} "
+                     f"| {alternative['would_have_met']:,} of {alternative['missed']:,} | {alternative['newly_missed']:,} "
+                     f"| {alternative['slo_attainment']:.2%} | {alternative['extra_cost_usd_per_month']:+,.0f} |")
+    trust = (report.result.get("observed_vs_replay") or {}).get("summary")
+    lines += ["", f"$/month is {what_if.get('cost_basis', 'the window’s extra cost, run for 30 days')}; the replay's "
+                  "assumptions are in the report." + (f" How far to trust it: {trust}" if trust else "")]
+    return lines
+
+
 def _timeline(entries: Sequence[Entry]) -> list[str]:
     lines = ["| time (UTC) | what | who, where | detail |", "|---|---|---|---|"]
     for entry in entries:
@@ -169,6 +197,7 @@ def render(incident: Incident, now: datetime | None = None) -> str:
         ["## Impact", "", *_impact(incident, end)],
         ["## Timeline", "", *_timeline(entries)],
         ["## Decisions", "", *_decisions(incident, incident.opened_at - timedelta(minutes=15), end)],
+        ["## What if", "", *_what_if(incident)],
         ["## Notes", "", *([f"- {note.at:%H:%M:%S} {note.actor_name}: {_cell(note.text)}" for note in notes]
                            or ["None."])],
         ["## Follow-ups", "", *([f"- [ ] {_cell(note.text)} ({note.actor_name})" for note in follow_ups]

@@ -16,6 +16,7 @@ urlpatterns = [
     path("incidents/<int:pk>/approvals/", views.incident_approvals, name="incident-approvals"),
     path("incidents/<int:pk>/postmortem.md", views.incident_postmortem, name="incident-postmortem"),
     path("incidents/<int:pk>/note/", views.incident_note, name="incident-note"),
+    path("incidents/<int:pk>/what-if/", views.incident_what_if, name="incident-what-if"),
     re_path(r"^incidents/(?P<pk>[0-9]+)/(?P<verb>acknowledge|mitigate|resolve)/$", views.incident_act,
             name="incident-act"),
     path("incidents/<int:pk>/playbooks/", views.incident_playbooks, name="incident-playbooks"),

@@ -18,7 +18,8 @@ from incidents import incidents, live, playbooks, postmortem, services, slack, t
 from incidents.forms import ChannelForm, PlaybookForm, SlackLinkForm
 from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES, AlertState, IncidentState
 from incidents.models import Alert, Channel, Incident, Notification, Playbook, PlaybookRun, Silence, SlackIdentity
-from scaling.choices import ProposalState
+from scaling import report_service
+from scaling.choices import REPORT_ACTIVE_STATES, ProposalState
 
 
 @csrf_exempt
@@ -143,7 +144,8 @@ def _live_context(request: HttpRequest, incident: Incident, error: str = "") -> 
 @login_required
 def incident_detail(request: HttpRequest, pk: int) -> HttpResponse:
     incident = get_object_or_404(_visible_incidents(request), pk=pk)
-    context = _live_context(request, incident) | _approvals_context(request, incident) | _playbooks_context(request, incident)
+    context = (_live_context(request, incident) | _approvals_context(request, incident)
+               | _playbooks_context(request, incident) | _what_if_context(request, incident))
     return render(request, "incidents/incident_detail.html", context)
 
 
@@ -213,6 +215,43 @@ def incident_postmortem(request: HttpRequest, pk: int) -> HttpResponse:
     response = HttpResponse(postmortem.render(incident), content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="incident-{incident.pk}-postmortem.md"'
     return response
+
+
+# --- what if: the incident's window replayed at other warm-pool settings ----------------------------
+
+
+def _what_if_context(request: HttpRequest, incident: Incident, error: str = "") -> dict:
+    report = incident.what_if
+    return {"incident": incident, "error": error,
+            "what_if_live": report is not None and report.state in REPORT_ACTIVE_STATES,
+            "can_act": core.may_act_in(request.user, incident.team, incident.cluster, Role.OPERATOR)}
+
+
+@login_required
+def incident_what_if(request: HttpRequest, pk: int) -> HttpResponse:
+    """GET: the what-if section (polled while its replay runs); POST: replay the window again."""
+    incident = get_object_or_404(_visible_incidents(request).select_related("what_if"), pk=pk)
+    if request.method == "POST":
+        try:
+            if not core.may_act_in(request.user, incident.team, incident.cluster, Role.OPERATOR):
+                raise core.AccessDenied(f"Replays need the operator role in team {incident.team}.")
+            report_service.request_what_if(incident, core.Actor.from_request(request, ActorChannel.WEB))
+        except report_service.ReportRequestError as exc:
+            return _what_if_answer(request, incident, str(exc), 400)
+        except core.AccessDenied as exc:
+            return _what_if_answer(request, incident, str(exc), exc.status_code)
+        incident = get_object_or_404(_visible_incidents(request).select_related("what_if"), pk=pk)
+        return _what_if_answer(request, incident)
+    return render(request, "incidents/_incident_what_if.html", _what_if_context(request, incident))
+
+
+def _what_if_answer(request: HttpRequest, incident: Incident, error: str = "", status: int = 200) -> HttpResponse:
+    if request.htmx:
+        return render(request, "incidents/_incident_what_if.html", _what_if_context(request, incident, error),
+                      status=status if error else 200)
+    if error:
+        return HttpResponse(error, status=status, content_type="text/plain")
+    return redirect(reverse("incidents:incident-view", args=[incident.pk]) + "#what-if")
 
 
 # --- playbooks in the incident page ----------------------------------------------------------------

@@ -305,6 +305,10 @@ class WarmPoolReport(models.Model):
     trace_data = models.BinaryField(null=True, blank=True, editable=False)  # an uploaded trace, as sent
     rate_scale = models.FloatField(default=1.0, help_text="Traffic multiplied by this (what-if growth; 1: as recorded).")
     peak_basis = models.CharField(max_length=16, choices=PeakBasis.choices, default=PeakBasis.FORECAST)
+    # An incident's what-if replays this window of the stored history (the minutes before it are the
+    # warm-up) instead of the last `days`; empty for a pool's ordinary report.
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     requested_by = models.ForeignKey(

@@ -14,23 +14,26 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.choices import AuditAction, SloIndicator
 from controlplane.models import Pool
 from scaling import reports
-from scaling.choices import PeakBasis, ReportState
-from scaling.models import ColdStart, SignalSample, WarmPoolReport
+from scaling.choices import REPORT_ACTIVE_STATES, PeakBasis, ReportState
+from scaling.models import ColdStart, FallbackPolicy, SignalSample, WarmPoolReport
 from scaling.sim import transforms
 from scaling.sim.loaders import TraceFormatError, load_trace
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, PoolProfile, get_profile
 from scaling.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from incidents.models import Incident
 
 MAX_DAYS = 9.0  # stored samples are kept 9 days (scaling/loop.py SAMPLE_RETENTION)
 MIN_DAYS = 0.01  # about a quarter of an hour
@@ -38,6 +41,12 @@ MAX_TRACE_BYTES = 50 * 1024 * 1024
 RUN_LEASE = timedelta(minutes=30)  # a worker that died mid-report frees it after this
 PROGRESS_EVERY_S = 1.0  # percent done is written at most this often
 COLD_STARTS_READ = 200  # the most recent measurements make the distribution
+WHAT_IF_WARMUP_S = 1800.0  # an incident's replay starts this long before its window (seen, not scored)
+WHAT_IF_MAX_WINDOW_S = 24 * 3600.0  # a longer incident is replayed over its first day
+WHAT_IF_DEFAULT_SIZES_PCT = (0, 20, 40, 60, 80, 100)  # of the day's peak: an incident is about the peak
+# Replayed request by request (the what-if counts requests) when the window holds at most this many;
+# above it, in fluid mode (minute by minute, the same arithmetic on expected counts).
+WHAT_IF_REQUEST_MODE_MAX = 400_000
 
 
 class ReportRequestError(ValueError):
@@ -112,6 +121,55 @@ def request_report(pool: Pool, actor: core.Actor, *, days: float = reports.DEFAU
         core.record(actor, AuditAction.CREATE, report, after={
             "days": days, "sizes_pct": report.sizes_pct, "source": report.source, "rate_scale": rate_scale,
             "peak_basis": peak_basis})
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue(report.pk))
+    return report
+
+
+def what_if_window(incident: "Incident", now: datetime | None = None) -> tuple[datetime, datetime]:
+    """From the first alert's condition (or the opening) to the resolution (or now), at most a day."""
+    start = min([incident.opened_at] + [alert.started_at for alert in incident.alerts.all()])
+    end = incident.resolved_at or now or timezone.now()
+    return start, min(end, start + timedelta(seconds=WHAT_IF_MAX_WINDOW_S))
+
+
+def request_what_if(incident: "Incident", actor: core.Actor, *,
+                    sizes_pct: tuple[float, ...] = WHAT_IF_DEFAULT_SIZES_PCT, peak_basis: str = PeakBasis.DAY_PEAK,
+                    enqueue: bool = True, now: datetime | None = None) -> WarmPoolReport:
+    """Replay an incident's window at other warm-pool settings (and with the fallback model): a report
+    linked from the incident (`Incident.what_if`), run by a worker like any other. While one is pending
+    or running, asking again answers that one."""
+    from incidents.models import Incident  # incidents depends on scaling, not the other way
+
+    if incident.pool_id is None:
+        raise ReportRequestError("a system incident has no pool whose warm pool could be replayed", "incident")
+    if peak_basis not in PeakBasis.values:
+        raise ReportRequestError(f"peak_basis must be one of {', '.join(PeakBasis.values)}, got {peak_basis!r}",
+                                 "peak_basis")
+    if not sizes_pct:
+        raise ReportRequestError("sizes: give at least one size", "sizes")
+    for size in sizes_pct:
+        if not (isinstance(size, (int, float)) and math.isfinite(size) and 0 <= size <= 100):
+            raise ReportRequestError(f"sizes: {size} is outside 0-100 (percent of the expected peak)", "sizes")
+    start, end = what_if_window(incident, now)
+    if (end - start).total_seconds() < reports.RATE_BIN_S * 2:
+        raise ReportRequestError("the incident's window is shorter than two minutes: nothing to replay", "incident")
+    with transaction.atomic():
+        locked = Incident.objects.select_for_update().get(pk=incident.pk)
+        running = WarmPoolReport.objects.filter(pk=locked.what_if_id, state__in=REPORT_ACTIVE_STATES).first()
+        if running is not None:  # a second click while it runs: the same replay, not another one
+            return running
+        report = WarmPoolReport.objects.create(
+            pool_id=locked.pool_id, days=round((end - start).total_seconds() / 86_400.0, 6),
+            sizes_pct=[float(size) for size in sizes_pct], peak_basis=peak_basis, window_start=start, window_end=end,
+            requested_by=actor.user, requested_channel=actor.channel)
+        before = locked.what_if_id
+        locked.what_if = report
+        locked.save(update_fields=["what_if"])
+        core.record(actor, AuditAction.CREATE, report, after={
+            "incident": locked.pk, "window_start": start.isoformat(), "window_end": end.isoformat(),
+            "sizes_pct": report.sizes_pct, "peak_basis": peak_basis})
+        core.record(actor, AuditAction.UPDATE, locked, before={"what_if": before}, after={"what_if": report.pk})
         if enqueue:
             transaction.on_commit(lambda: _enqueue(report.pk))
     return report
@@ -219,6 +277,28 @@ def prices_for(pool: Pool, profile: PoolProfile) -> reports.Prices:
         f"{spot} per GPU-hour"))
 
 
+def fallback_spec_for(pool: Pool) -> reports.FallbackSpec | None:
+    """The pool's fallback model as the replay routes to it: its fallback pool's profile, replayed as
+    a warm pool of that pool's minimum replicas (at least one), under the pool's FallbackPolicy."""
+    fallback_pool = pool.fallback_pool
+    if fallback_pool is None:
+        return None
+    from scaling import fallbacks  # the live side's policy → the engine's, one translation
+
+    stored = FallbackPolicy.objects.filter(pool=pool).first()
+    profile, how = profile_for(fallback_pool)
+    replicas = max(1, fallback_pool.min_replicas)
+    policy = fallbacks.engine_policy(stored) if stored else reports.FallbackPolicy()
+    eligible = stored.eligible_share if stored else 1.0
+    state = ("no FallbackPolicy: the engine's defaults, as if one were added" if stored is None else
+             "its FallbackPolicy" + ("" if stored.enabled else " (disabled: the incident ran without it)"))
+    return reports.FallbackSpec(
+        profile=profile, replicas=replicas, policy=policy, priority_share=round(1.0 - eligible, 4),
+        live=bool(stored and stored.enabled),
+        description=(f"the fallback pool {fallback_pool} ({how}), {replicas} replica(s) = its minimum, under {state}"),
+        usd_per_gpu_hour=prices_for(fallback_pool, profile).on_demand_usd_per_gpu_hour)
+
+
 def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
     pool = report.pool
     profile, how = profile_for(pool)
@@ -228,7 +308,12 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
     end = now or report.created_at
     period_s = report.days * 86_400.0
     recorded = None
-    if report.trace_name:
+    warmup_s, mode, seed_peak, what_if = reports.WARMUP_S, "fluid", 0.0, False
+    if report.window_start is not None:
+        workload, start_s, warmup_s, seed_peak, source, recorded = _window_inputs(report)
+        mode = "request" if workload.expected_requests <= WHAT_IF_REQUEST_MODE_MAX else "fluid"
+        what_if = True
+    elif report.trace_name:
         workload = reports.last_days(_load_trace_bytes(report.trace_name, bytes(report.trace_data or b"")),
                                      report.days, reports.WARMUP_S)
         source, start_s = f"the uploaded trace {report.trace_name}", None
@@ -251,12 +336,46 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
     if report.rate_scale != 1.0:
         workload = transforms.rate_scale(workload, report.rate_scale)
         source += f", rates x{report.rate_scale:g}"
+    current_pct = base_pct = round(pool.warm_pool_fraction * 100.0, 3)
+    if what_if and report.peak_basis == PeakBasis.DAY_PEAK:
+        # What ran is the planner with the pool's own fraction and no standing floor: the 0 % row.
+        current_pct = 0.0
     spec = reports.ReportSpec(
         profile=profile, cold_start=cold_start, cold_start_source=cold_source, prices=prices_for(pool, profile),
-        current_pct=round(pool.warm_pool_fraction * 100.0, 3),
+        current_pct=current_pct, base_warm_pct=base_pct if what_if else 0.0,
         sizes_pct=tuple(report.sizes_pct) or reports.DEFAULT_SIZES_PCT,
         slo_ttft_s=(slo.threshold / 1000.0) if slo else 1.0, slo_objective=slo.objective if slo else 0.99,
         min_replicas=pool.min_replicas, max_replicas=pool.max_replicas,
-        flag_above_pct=float(settings.WARM_POOL_REPORT_FLAG_ABOVE_PCT), traffic_source=f"{source}; profile {how}", period_start_s=start_s, peak_basis=report.peak_basis,
+        flag_above_pct=float(settings.WARM_POOL_REPORT_FLAG_ABOVE_PCT), traffic_source=f"{source}; profile {how}",
+        period_start_s=start_s, peak_basis=report.peak_basis, warmup_s=warmup_s, mode=mode,
+        fallback=fallback_spec_for(pool), day_peak_seed_rps=seed_peak, what_if=what_if,
     )
     return Inputs(workload, spec, recorded)
+
+
+def _window_inputs(report: WarmPoolReport) -> tuple[Workload, float, float, float, str, reports.Recorded]:
+    """An incident's window of the stored rates, the warm-up before it (as much of WHAT_IF_WARMUP_S as
+    the history holds), and the highest stored rate of the 24 hours before it (the day-peak floor's start)."""
+    pool, start, end = report.pool, report.window_start, report.window_end
+    samples = list(SignalSample.objects.filter(
+        pool=pool, at__gte=start - timedelta(seconds=WHAT_IF_WARMUP_S), at__lt=end)
+        .order_by("at").values_list("at", "request_rate_rps", "ttft_p95_s", "ready_replicas"))
+    known = [(at, rate) for at, rate, *_ in samples if rate is not None]
+    if not known:
+        raise reports.ReportInputError(
+            f"the pool {pool} has no stored request history from {start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC "
+            "(samples are kept 9 days): nothing to replay")
+    first = min(known[0][0], start)
+    # The warm-up is whole minutes of history before the window (none when the history starts with it).
+    warmup_s = max(0.0, (start - first).total_seconds() // reports.RATE_BIN_S * reports.RATE_BIN_S)
+    begin_s = start.timestamp() - warmup_s
+    workload = reports.workload_from_rates([at.timestamp() for at, _ in known], [rate for _, rate in known],
+                                           begin_s, end.timestamp(), f"{pool} incident window")
+    day_before = SignalSample.objects.filter(pool=pool, at__gte=start - timedelta(days=1), at__lt=start) \
+        .aggregate(peak=Max("request_rate_rps"))["peak"] or 0.0
+    source = (f"the pool's stored request rates over the incident's window {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC "
+              f"({len(known):,} samples, 1-minute means), the {warmup_s / 60:.0f} minutes before it as warm-up")
+    scored = [row for row in samples if row[0] >= start]  # what the pool recorded in the window itself
+    recorded = reports.Recorded(tuple(row[2] for row in scored if row[2] is not None),
+                                tuple(row[3] for row in scored if row[3] is not None))
+    return workload, start.timestamp(), warmup_s, float(day_before), source, recorded

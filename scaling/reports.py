@@ -5,6 +5,9 @@ traffic (a `Workload`: the pool's stored request rates or a trace) and a `Report
 cold starts, SLO, prices, sizes). Each size is replayed in fluid mode under the `headroom` policy,
 the live loop's decide step (`scaling/engine/decide.py`), with the warm floor set to that share of
 the expected peak; everything else is the same for every size, including the load-tested capacity.
+When the pool has a fallback model, each size is also replayed request by request through route mode
+(`with_fallback`). For an incident (`ReportSpec.what_if`), the window is replayed and every setting is
+compared with what ran, minute by minute (`would_have_met`, `what_if`).
 `scaling/report_service.py` reads the inputs from the database and stores the answer.
 """
 from __future__ import annotations
@@ -26,9 +29,12 @@ from scaling.engine.planner import PoolPlan
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.fluid_mode import run_fluid_mode
 from scaling.sim.policies.base import Observation
-from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
+from scaling.sim.policies.headroom import HeadroomPolicy, measured_capacity_rps, pool_plan_for
+from scaling.engine.fallback import FallbackPolicy
 from scaling.sim.profiles import PoolProfile
+from scaling.sim.request_mode import run_request_mode
 from scaling.sim.result import SimResult
+from scaling.sim.route_mode import FallbackRoute, run_route_mode
 from scaling.sim.transforms import time_shift
 from scaling.sim.workload import RateTrace, Workload
 
@@ -44,7 +50,7 @@ NOT_MODELLED = (
     "node autoscaling and pod scheduling delays beyond the drawn cold start",
     "prefix caching, preemption, speculative decoding and per-request KV-cache use",
     "client timeouts and retries (off in the report)",
-    "the fallback model (its column is empty until the simulator models it)",
+    "the fallback pool's own scaling (it is replayed as a static warm pool of its minimum replicas)",
     "approvals: everything policy does not approve is applied 60 s later, as a person would",
 )
 
@@ -54,6 +60,10 @@ NOT_MODELLED = (
 # decide step as the pool's minimum).
 PEAK_BASES = ("forecast", "day-peak")
 DAY_S = 86_400.0
+MODES = ("fluid", "request")
+# The fallback column replays request by request (route mode: the live fallback step splits the
+# route every tick); above this many requests it would take too long and the column says so.
+FALLBACK_MAX_REQUESTS = 400_000
 
 Progress = Callable[[float], None]  # share done, 0..1
 
@@ -67,6 +77,19 @@ class Prices:
     on_demand_usd_per_gpu_hour: float
     spot_usd_per_gpu_hour: float | None
     source: str  # where the prices came from, for the assumptions
+
+
+@dataclass(frozen=True)
+class FallbackSpec:
+    """The pool's fallback model as the replay routes to it (`scaling/sim/route_mode.py`)."""
+
+    profile: PoolProfile
+    replicas: int  # the fallback pool, replayed warm and static
+    policy: FallbackPolicy = FallbackPolicy()
+    priority_share: float = 0.0  # of the requests, a class that never falls back
+    live: bool = True  # the pool's policy is enabled: the incident's own replay ran with it
+    description: str = ""
+    usd_per_gpu_hour: float | None = None  # its GPUs' on-demand price; None: the primary's
 
 
 @dataclass(frozen=True)
@@ -87,6 +110,16 @@ class ReportSpec:
     traffic_source: str = "a trace"
     period_start_s: float | None = None  # epoch seconds of the scored period's start, when known
     peak_basis: str = "forecast"  # one of PEAK_BASES
+    mode: str = "fluid"  # one of MODES; an incident's short window replays request by request
+    fallback: FallbackSpec | None = None  # the pool's fallback model: each size is replayed with it too
+    fallback_max_requests: int = FALLBACK_MAX_REQUESTS
+    # The day-peak floor's peak before the replay starts (an incident window is replayed without
+    # the day before it: the highest 1-minute rate of the stored 24 hours stands in for it).
+    day_peak_seed_rps: float = 0.0
+    what_if: bool = False  # an incident window: compare every setting with what ran (`what_if`)
+    # Under `day-peak`, the planner's own warm-pool fraction under the standing floor: 0 for a report
+    # (the sizes alone), the pool's setting for an incident (its 0 % row is then what ran).
+    base_warm_pct: float = 0.0
 
     def all_sizes_pct(self) -> tuple[float, ...]:
         """The sizes replayed: the asked ones, the baseline (0 %) and the current setting, ascending."""
@@ -137,12 +170,16 @@ class SizeResult:
     flagged: bool = False
     current: bool = False
     recommended: bool = False
-    # Hook for the fallback-model replay (the simulator does not model a fallback pool yet): the same
-    # row with the fallback taking the overflow. None until then, and said so in the assumptions.
+    # The same size with the pool's fallback model taking the overflow (route mode); None when the
+    # pool has no fallback or the traffic is too long to replay request by request (`Report.fallback`).
     with_fallback: dict[str, Any] | None = None
 
 
 CSV_COLUMNS = tuple(name for name in SizeResult.__dataclass_fields__ if name != "with_fallback")
+# Appended when the pool has a fallback model: the same size with it (`fallback_cells`).
+FALLBACK_CSV_COLUMNS = tuple(f"fallback_{name}" for name in (
+    "slo_attainment", "meets_slo", "ttft_p95_ms", "ttft_p99_ms", "fallback_share", "gpu_hours", "fallback_gpu_hours",
+    "cost_on_demand_usd", "extra_cost_pct", "extra_cost_usd_per_month", "misses"))
 
 
 @dataclass
@@ -159,9 +196,12 @@ class Report:
     observed_vs_replay: dict[str, Any] | None
     wall_s: float = 0.0
     series: dict[float, MinuteSeries] = field(default_factory=dict, repr=False)
+    fallback: dict[str, Any] | None = None  # the fallback model replayed, or why its column is empty
+    what_if: dict[str, Any] | None = None  # an incident window's replay: who missed, who would have met
+    fallback_series: dict[float, MinuteSeries] = field(default_factory=dict, repr=False)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        return {"fallback": self.fallback, "what_if": self.what_if,
             "period": self.period, "slo": self.slo, "capacity_rps_per_replica": round(self.capacity_rps_per_replica, 3),
             "flag_above_pct": self.flag_above_pct, "recommended_pct": self.recommended_pct,
             "recommendation": self.recommendation, "rows": [asdict(row) for row in self.rows],
@@ -171,12 +211,16 @@ class Report:
 
 
 def rows_csv(result: dict[str, Any]) -> str:
-    """The rows of a report's JSON as CSV, one line per warm-pool size, columns in `CSV_COLUMNS`."""
+    """The rows of a report's JSON as CSV, one line per warm-pool size, columns in `CSV_COLUMNS`
+    (and `FALLBACK_CSV_COLUMNS` when the fallback column was replayed)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    with_fallback = any(row.get("with_fallback") for row in result["rows"])
+    columns = CSV_COLUMNS + (FALLBACK_CSV_COLUMNS if with_fallback else ())
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in result["rows"]:
-        writer.writerow({key: "" if row.get(key) is None else row.get(key) for key in CSV_COLUMNS})
+        cells = {f"fallback_{key}": value for key, value in (row.get("with_fallback") or {}).items()}
+        writer.writerow({key: "" if {**row, **cells}.get(key) is None else {**row, **cells}.get(key) for key in columns})
     return out.getvalue()
 
 
@@ -294,6 +338,7 @@ class DayPeakFloor:
 
     base: HeadroomPolicy
     share: float
+    seed_peak_rps: float = 0.0  # the peak of the day before the replay, when it is not replayed
     name: str = "headroom"
     tick_s: float = 15.0
     observes_latency: bool = True
@@ -310,7 +355,7 @@ class DayPeakFloor:
             peaks.append((minute, rate))
         while peaks[0][0] <= now - DAY_S:
             peaks.popleft()
-        peak = max(value for _, value in peaks)
+        peak = max(self.seed_peak_rps, max(value for _, value in peaks))
         pool = self.base.pool
         floor = min(pool.max_replicas, max(pool.min_replicas,
                                            math.ceil(self.share * peak / pool.capacity_rps_per_replica - 1e-9)))
@@ -318,18 +363,37 @@ class DayPeakFloor:
         return policy.decide(now, observation, state.inner)
 
 
-def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str) -> HeadroomPolicy | DayPeakFloor:
+def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str, seed_peak_rps: float = 0.0,
+               base_warm_pct: float = 0.0) -> HeadroomPolicy | DayPeakFloor:
     if peak_basis not in PEAK_BASES:
         raise ReportInputError(f"peak: {peak_basis!r} is not one of {', '.join(PEAK_BASES)}")
     if peak_basis == "forecast":
         return HeadroomPolicy(replace(plan, warm_pool_fraction=warm_pct / 100.0))
-    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=0.0)), warm_pct / 100.0)
+    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=base_warm_pct / 100.0)), warm_pct / 100.0,
+                        seed_peak_rps)
 
 
 def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: float, peak_basis: str = "forecast",
-            progress: Callable[[float, float], None] | None = None) -> SimResult:
-    policy = policy_for(plan, warm_pct, peak_basis)
+            progress: Callable[[float, float], None] | None = None, mode: str = "fluid",
+            seed_peak_rps: float = 0.0, route: FallbackRoute | None = None, base_warm_pct: float = 0.0) -> SimResult:
+    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct)
+    if route is not None:
+        return run_route_mode(workload, config, policy, route, progress)
+    if mode == "request":
+        return run_request_mode(workload, config, policy, progress)
     return run_fluid_mode(workload, config, policy, progress, misses_by_minute=True)
+
+
+def fallback_route(spec: ReportSpec, config: SimConfig, plan: PoolPlan, workload: Workload,
+                   capacity_rps: float | None = None) -> FallbackRoute:
+    """The route over the pool and its fallback model, the fallback's capacity load-tested once."""
+    assert spec.fallback is not None
+    if capacity_rps is None:
+        fallback_config = replace(SimConfig.for_profile(spec.fallback.profile), slo_ttft_s=config.slo_ttft_s,
+                                  slo_objective=config.slo_objective, seed=config.seed)
+        capacity_rps = measured_capacity_rps(fallback_config, workload)
+    return FallbackRoute(spec.fallback.profile, spec.fallback.replicas, spec.fallback.priority_share,
+                         spec.fallback.policy, plan, capacity_rps)
 
 
 def _minute_series(result: SimResult, warmup_s: float, span_s: float) -> MinuteSeries:
@@ -383,52 +447,71 @@ def _size_result(warm_pct: float, result: SimResult, series: MinuteSeries, spec:
     )
 
 
-def _replay_size(job: tuple[Workload, ReportSpec, PoolPlan, float]) -> tuple[SizeResult, MinuteSeries]:
+def _replay_size(job: tuple[Workload, ReportSpec, PoolPlan, float, FallbackRoute | None]) -> tuple[SimResult, MinuteSeries]:
     """One size, start to finish (a top-level function so a process pool can run it)."""
-    workload, spec, plan, warm_pct = job
-    result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis)
-    series = _minute_series(result, spec.warmup_s, workload.span_s)
-    return _size_result(warm_pct, result, series, spec), series
+    workload, spec, plan, warm_pct, route = job
+    result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis, mode=spec.mode,
+                     seed_peak_rps=spec.day_peak_seed_rps, route=route, base_warm_pct=spec.base_warm_pct)
+    return result, _minute_series(result, spec.warmup_s, workload.span_s)
 
 
 def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None = None,
-               recorded: Recorded | None = None, plan: PoolPlan | None = None, workers: int = 1) -> Report:
-    """Replay every size and assemble the report. `plan` skips the load test (tests); `workers` > 1
-    replays sizes in parallel processes (progress then moves once per finished size)."""
+               recorded: Recorded | None = None, plan: PoolPlan | None = None, workers: int = 1,
+               fallback_capacity_rps: float | None = None) -> Report:
+    """Replay every size (and, when the pool has a fallback model, every size with it) and assemble
+    the report. `plan` and `fallback_capacity_rps` skip the load tests (tests); `workers` > 1 replays in parallel processes
+    (progress then moves once per finished replay)."""
     started = time.perf_counter()
     if workload.span_s <= spec.warmup_s + RATE_BIN_S:
         raise ReportInputError(f"the traffic lasts {workload.span_s:.0f} s: too short for a "
                                f"{spec.warmup_s:.0f}-s warm-up and a scored period")
     if workload.expected_requests <= 0:
         raise ReportInputError("the traffic has no requests: nothing to replay")
+    if spec.mode not in MODES:
+        raise ReportInputError(f"mode: {spec.mode!r} is not one of {', '.join(MODES)}")
     sizes = spec.all_sizes_pct()
-    steps = len(sizes) + (0 if plan is not None else 1)
+    fallback_note = _fallback_note(spec, workload)
+    with_fallback = fallback_note is not None and fallback_note["replayed"]
+    replays = [(size, False) for size in sizes] + ([(size, True) for size in sizes] if with_fallback else [])
+    steps = len(replays) + (0 if plan is not None else 1) + (1 if with_fallback else 0)
     report_progress = progress or (lambda share: None)
     config = _config(spec)
     if plan is None:
         plan = pool_plan_for(config, workload)  # the load test, once: the same capacity for every size
         report_progress(1 / steps)
-    done_before = steps - len(sizes)
-    outcomes: dict[float, tuple[SizeResult, MinuteSeries]] = {}
-    jobs = [(workload, spec, plan, size) for size in sizes]
+    route = None
+    if with_fallback:
+        route = fallback_route(spec, config, plan, workload, fallback_capacity_rps)  # its load test, once too
+        fallback_note["capacity_rps_per_replica"] = round(route.fallback_capacity_rps or 0.0, 3)
+        report_progress((steps - len(replays)) / steps)
+    done_before = steps - len(replays)
+    outcomes: dict[tuple[float, bool], tuple[SimResult, MinuteSeries]] = {}
+    jobs = [(workload, spec, plan, size, route if on_fallback else None) for size, on_fallback in replays]
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for size, outcome in zip(sizes, pool.map(_replay_size, jobs)):
-                outcomes[size] = outcome
+            for key, outcome in zip(replays, pool.map(_replay_size, jobs)):
+                outcomes[key] = outcome
                 report_progress((done_before + len(outcomes)) / steps)
     else:
-        for number, size in enumerate(sizes):
+        for number, (key, job) in enumerate(zip(replays, jobs)):
             def within(done_s: float, total_s: float, number: int = number) -> None:
                 report_progress((done_before + number + done_s / max(total_s, 1.0)) / steps)
 
-            result = _replay(workload, config, plan, size, spec.peak_basis, within)
-            series = _minute_series(result, spec.warmup_s, workload.span_s)
-            outcomes[size] = (_size_result(size, result, series, spec), series)
+            workload_, spec_, plan_, size, route_ = job
+            result = _replay(workload_, config, plan_, size, spec_.peak_basis, within, spec_.mode,
+                             spec_.day_peak_seed_rps, route_, spec_.base_warm_pct)
+            outcomes[key] = (result, _minute_series(result, spec.warmup_s, workload.span_s))
             report_progress((done_before + number + 1) / steps)
-    rows = [outcomes[size][0] for size in sizes]
-    series = {size: outcomes[size][1] for size in sizes}
+    rows = [_size_result(size, *outcomes[(size, False)], spec) for size in sizes]
+    series = {size: outcomes[(size, False)][1] for size in sizes}
     scored_s = workload.span_s - spec.warmup_s
     recommended = assess(rows, spec, scored_s)
+    fallback_series: dict[float, MinuteSeries] = {}
+    if with_fallback:
+        for row in rows:
+            result, minute_series = outcomes[(row.warm_pool_pct, True)]
+            row.with_fallback = fallback_cells(result, minute_series, rows[0], spec, scored_s)
+            fallback_series[row.warm_pool_pct] = minute_series
     current_series = series[round(spec.current_pct, 3)]
     report = Report(
         rows=rows, recommended_pct=recommended, recommendation=recommendation_sentence(rows, recommended, spec),
@@ -437,11 +520,127 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
         capacity_rps_per_replica=plan.capacity_rps_per_replica, flag_above_pct=spec.flag_above_pct,
         worst_day=worst_day(series, spec.current_pct, recommended, plan.capacity_rps_per_replica),
         observed_vs_replay=None if recorded is None else observed_vs_replay(recorded, rows, current_series, spec),
-        series=series,
+        series=series, fallback=fallback_note, fallback_series=fallback_series,
     )
+    if spec.what_if:
+        report.what_if = what_if(report, spec, scored_s)
     report.wall_s = round(time.perf_counter() - started, 2)
     report_progress(1.0)
     return report
+
+
+def _fallback_note(spec: ReportSpec, workload: Workload) -> dict[str, Any] | None:
+    """What the fallback column holds: None without a fallback model; else whether it was replayed."""
+    if spec.fallback is None:
+        return None
+    note: dict[str, Any] = {"profile": spec.fallback.profile.name, "model": spec.fallback.profile.model,
+                            "replicas": spec.fallback.replicas, "live": spec.fallback.live,
+                            "description": spec.fallback.description, "replayed": True, "why_not": ""}
+    if workload.expected_requests > spec.fallback_max_requests:
+        note.update(replayed=False, why_not=(
+            f"{workload.expected_requests:,.0f} requests are more than the {spec.fallback_max_requests:,} the "
+            "fallback column replays request by request: pick fewer days (--days) for it"))
+    return note
+
+
+def fallback_cells(result: SimResult, series: MinuteSeries, baseline: SizeResult, spec: ReportSpec,
+                   scored_s: float) -> dict[str, Any]:
+    """One size with the fallback model: latency, attainment and cost of both pools, the cost above the
+    no-warm-pool baseline *without* the fallback (what the fallback adds is paid for too)."""
+    gpu_hours = result.gpu_hours
+    price = spec.prices.on_demand_usd_per_gpu_hour
+    fallback_hours = float(getattr(result, "pools", {}).get("fallback", {}).get("gpu_hours", 0.0))
+    fallback_price = spec.fallback.usd_per_gpu_hour if spec.fallback and spec.fallback.usd_per_gpu_hour else price
+    cost = (gpu_hours - fallback_hours) * price + fallback_hours * fallback_price  # each pool at its GPUs' price
+    months = scored_s / 86_400.0 / DAYS_PER_MONTH
+    extra = cost - baseline.cost_on_demand_usd
+    return {
+        "gpu_hours": round(gpu_hours, 2), "fallback_gpu_hours": round(fallback_hours, 2),
+        "cost_on_demand_usd": round(cost, 2),
+        "ttft_p95_ms": result.ttft_ms.p95, "ttft_p99_ms": result.ttft_ms.p99,
+        "slo_attainment": result.slo_attainment, "meets_slo": result.slo_attainment >= spec.slo_objective,
+        "fallback_share": getattr(result, "fallback_share", 0.0), "misses": int(series.misses.sum()),
+        "extra_cost_pct": round(100.0 * extra / baseline.cost_on_demand_usd, 1) if baseline.cost_on_demand_usd else 0.0,
+        "extra_cost_usd_per_month": round(extra / months, 2) if months > 0 else 0.0,
+    }
+
+
+# ---------------------------------------------------------------------------- an incident's what-if
+
+
+def would_have_met(missed: np.ndarray, alternative: np.ndarray) -> tuple[int, int, int]:
+    """(missed, would have met, newly missed) from per-minute miss counts of the same arrivals.
+
+    Within a minute the replay's requests are interchangeable, so of the minute's `missed[m]` the
+    alternative saves `missed[m] - alternative[m]` when it misses fewer, and misses
+    `alternative[m] - missed[m]` others when it misses more (reported, not netted off)."""
+    length = max(len(missed), len(alternative))
+    base = np.zeros(length)
+    other = np.zeros(length)
+    base[:len(missed)] = missed
+    other[:len(alternative)] = alternative
+    return (int(round(float(base.sum()))), int(round(float(np.clip(base - other, 0, None).sum()))),
+            int(round(float(np.clip(other - base, 0, None).sum()))))
+
+
+def what_if(report: Report, spec: ReportSpec, scored_s: float) -> dict[str, Any]:
+    """An incident's what-if: what ran (the current setting, with the fallback when the pool's policy
+    is on) against every other size, with and without the fallback model."""
+    current = round(spec.current_pct, 3)
+    ran_with_fallback = bool(report.fallback_series) and spec.fallback is not None and spec.fallback.live
+    ran = report.fallback_series[current] if ran_with_fallback else report.series[current]
+    ran_row = next(row for row in report.rows if row.current)
+    ran_cost = ran_row.with_fallback["cost_on_demand_usd"] if ran_with_fallback else ran_row.cost_on_demand_usd
+    months = scored_s / 86_400.0 / DAYS_PER_MONTH
+    alternatives = []
+    for row in report.rows:
+        options = [(False, report.series[row.warm_pool_pct], row.cost_on_demand_usd, row.slo_attainment)]
+        if row.warm_pool_pct in report.fallback_series:
+            options.append((True, report.fallback_series[row.warm_pool_pct], row.with_fallback["cost_on_demand_usd"],
+                            row.with_fallback["slo_attainment"]))
+        for on_fallback, minute_series, cost, attainment in options:
+            if row.warm_pool_pct == current and on_fallback == ran_with_fallback:
+                continue
+            missed, met, newly = would_have_met(ran.misses, minute_series.misses)
+            extra_month = round((cost - ran_cost) / months, 2) if months > 0 else 0.0
+            alternatives.append({
+                "warm_pool_pct": row.warm_pool_pct, "with_fallback": on_fallback, "missed": missed,
+                "would_have_met": met, "newly_missed": newly, "slo_attainment": attainment,
+                "extra_cost_usd": round(cost - ran_cost, 2), "extra_cost_usd_per_month": extra_month,
+                "line": what_if_line(row.warm_pool_pct, on_fallback, missed, met, newly, extra_month,
+                                     spec.fallback.profile.model if spec.fallback else ""),
+            })
+    missed_total = int(round(float(ran.misses.sum())))
+    best = max(alternatives, key=lambda a: (a["would_have_met"] - a["newly_missed"], -a["extra_cost_usd"]),
+               default=None)
+    return {
+        "ran": {"warm_pool_pct": current, "with_fallback": ran_with_fallback, "missed": missed_total,
+                "requests": ran_row.requests, "slo_attainment": ran_row.with_fallback["slo_attainment"]
+                if ran_with_fallback else ran_row.slo_attainment},
+        "alternatives": alternatives,
+        "best": best,
+        # $/month is the window's extra cost as if it ran for a month: an upper bound for a warm pool
+        # whose floor rises with the peak, the price of holding it at this traffic all month.
+        "cost_basis": "the window's extra on-demand cost, run for 30 days",
+        "summary": (f"In the replay of the incident, {missed_total:,} of {ran_row.requests:,} requests missed the SLO "
+                    f"at the current {current:g} %{' with the fallback' if ran_with_fallback else ''}."
+                    + (f" Best alternative: {best['line']}" if best and best["would_have_met"] > best["newly_missed"]
+                       else " No alternative setting would have had fewer requests miss it"
+                       + (" (some save a few and lose others: see each line)."
+                          if any(a["would_have_met"] for a in alternatives) else "."))),
+    }
+
+
+def what_if_line(warm_pct: float, on_fallback: bool, missed: int, met: int, newly: int, extra_usd_per_month: float,
+                 fallback_model: str = "") -> str:
+    """'With a warm pool of 30 %, 412 of the 530 requests that missed the SLO would have met it, for $1,200/month more.'"""
+    setting = f"a warm pool of {warm_pct:g} % of the expected peak"
+    if on_fallback:
+        setting += f" and the fallback model{f' {fallback_model}' if fallback_model else ''}"
+    money = (f"for ${extra_usd_per_month:,.0f}/month more" if extra_usd_per_month > 0.5 else
+             f"for ${-extra_usd_per_month:,.0f}/month less" if extra_usd_per_month < -0.5 else "at no extra cost")
+    tail = f" ({newly:,} others would have missed it)" if newly else ""
+    return f"With {setting}, {met:,} of the {missed:,} requests that missed the SLO would have met it, {money}{tail}."
 
 
 # ---------------------------------------------------------------------------- reading the replays
@@ -491,8 +690,9 @@ def recommendation_sentence(rows: list[SizeResult], recommended: float | None, s
 def assumptions(spec: ReportSpec, plan: PoolPlan, workload: Workload) -> list[str]:
     profile = spec.profile
     return [
-        f"Traffic: {spec.traffic_source}; replayed in fluid mode at {spec.fluid_step_s:g}-s steps after a "
-        f"{spec.warmup_s / 60:.0f}-minute warm-up that is not scored.",
+        f"Traffic: {spec.traffic_source}; replayed "
+        + (f"in fluid mode at {spec.fluid_step_s:g}-s steps" if spec.mode == "fluid" else "request by request")
+        + f" after a {spec.warmup_s / 60:.0f}-minute warm-up that is not scored.",
         f"Profile: {profile.name} ({profile.model} on {profile.gpus_per_replica} x {profile.gpu_type}, prefill "
         f"{profile.prefill_tokens_per_s:,.0f} tokens/s, inter-token {profile.itl_ms_base:g} ms + "
         f"{profile.itl_ms_per_seq:g} ms per sequence); load-tested capacity "
@@ -502,10 +702,24 @@ def assumptions(spec: ReportSpec, plan: PoolPlan, workload: Workload) -> list[st
                              "(prompt median 1,020, output median 129 tokens)."),
         f"Cold starts: {spec.cold_start_source}.",
         f"Prices: {spec.prices.source}.",
-        f"Policy: the live decide step; {_basis_sentence(spec.peak_basis)} min {spec.min_replicas}, "
+        f"Policy: the live decide step; {_basis_sentence(spec.peak_basis)}"
+        + (f" on top of the planner's own warm floor at {spec.base_warm_pct:g} % (the pool's setting; the 0 % row is "
+           "what ran);" if spec.peak_basis == "day-peak" and spec.base_warm_pct else "")
+        + f" min {spec.min_replicas}, "
         f"max {spec.max_replicas} replicas.",
+        _fallback_sentence(spec),
         "Not modelled: " + "; ".join(NOT_MODELLED) + ".",
     ]
+
+
+def _fallback_sentence(spec: ReportSpec) -> str:
+    if spec.fallback is None:
+        return "Fallback: the pool has no fallback model, so the fallback column is empty."
+    fallback = spec.fallback
+    return (f"Fallback: {fallback.profile.name} ({fallback.profile.model}), {fallback.replicas} warm replicas; the "
+            "fallback column replays each size request by request with the live fallback step splitting the route "
+            f"every tick{'' if spec.mode == 'request' else ' (the other columns are fluid mode: compare its rows with each other)'}"
+            f"; {fallback.description or 'the policy as configured'}.")
 
 
 def _basis_sentence(peak_basis: str) -> str:

@@ -5,6 +5,7 @@ from rest_framework import serializers
 
 from controlplane.api.serializers import STRICT_FIELDS, TeamSlugField
 from incidents import outbound, rules, timeline
+from scaling.choices import PeakBasis
 from incidents.models import (
     Alert, Channel, Incident, IncidentEvent, Notification, Playbook, PlaybookRun, PlaybookRunStep, PlaybookStep, Silence,
 )
@@ -123,6 +124,15 @@ class IncidentDetailSerializer(IncidentSerializer):
 class IncidentActionSerializer(serializers.Serializer):
     text = serializers.CharField(required=False, allow_blank=True, max_length=4000,
                                  help_text="Why, in a sentence; kept on the timeline.")
+
+
+class IncidentWhatIfSerializer(serializers.Serializer):
+    """Replay the incident's window at other warm-pool settings (and with the fallback model)."""
+
+    sizes_pct = serializers.ListField(child=serializers.FloatField(min_value=0, max_value=100), required=False,
+                                      allow_empty=False, max_length=21,
+                                      help_text="Warm-pool sizes, percent of the expected peak (default 0-100 by 20).")
+    peak_basis = serializers.ChoiceField(choices=PeakBasis.choices, default=PeakBasis.DAY_PEAK)
 
 
 class IncidentNoteSerializer(serializers.Serializer):

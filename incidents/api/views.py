@@ -9,7 +9,7 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -20,6 +20,8 @@ from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
 from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES
 from incidents.models import Alert, Channel, Incident, Notification, Playbook, PlaybookRun, Silence
+from scaling import report_service
+from scaling.api.serializers import WarmPoolReportSerializer
 
 
 class ChannelFilter(django_filters.FilterSet):
@@ -161,7 +163,7 @@ class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.IncidentSerializer
     filterset_class = IncidentFilter
     action_roles = {"acknowledge": Role.OPERATOR, "mitigate": Role.OPERATOR, "resolve": Role.OPERATOR,
-                    "notes": Role.OPERATOR}
+                    "notes": Role.OPERATOR, "what_if": Role.OPERATOR}
 
     def get_serializer_class(self):  # noqa: ANN201
         return serializers.IncidentDetailSerializer if self.action == "retrieve" else serializers.IncidentSerializer
@@ -202,6 +204,29 @@ class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
         event = incidents.add_note(incident.pk, self.actor, incoming.validated_data["text"],
                                    follow_up=incoming.validated_data["follow_up"])
         return Response(serializers.IncidentEventSerializer(event).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=serializers.IncidentWhatIfSerializer,
+                   responses={200: WarmPoolReportSerializer, 201: WarmPoolReportSerializer,
+                              **{k: v for k, v in ACTION_RESPONSES.items() if k != 200}})
+    @action(detail=True, methods=["post"], url_path="what-if")
+    def what_if(self, request: Request, pk: str | None = None) -> Response:
+        """Replay the incident's window at other warm-pool settings (and with the fallback model): a
+        warm-pool report, run by a worker; follow it at `/api/v1/reports/{id}/` (its `result.what_if`).
+        `201` for a new replay, `200` with the one still running."""
+        incident = self.get_object()
+        incoming = serializers.IncidentWhatIfSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        before = incident.what_if_id
+        try:
+            report = report_service.request_what_if(
+                incident, self.actor, sizes_pct=tuple(data.get("sizes_pct") or report_service.WHAT_IF_DEFAULT_SIZES_PCT),
+                peak_basis=data["peak_basis"])
+        except report_service.ReportRequestError as exc:
+            raise ValidationError({exc.field: [str(exc)]}) from None
+        # 200: the replay already running for this incident; 201: a new one.
+        return Response(WarmPoolReportSerializer(report).data,
+                        status=status.HTTP_200_OK if report.pk == before else status.HTTP_201_CREATED)
 
     @extend_schema(responses={(200, "text/markdown"): OpenApiResponse(description="The postmortem as Markdown.")})
     @action(detail=True, methods=["get"])

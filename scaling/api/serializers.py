@@ -161,7 +161,7 @@ class WarmPoolReportSerializer(serializers.ModelSerializer):
     class Meta:
         model = WarmPoolReport
         fields = ["id", "pool", "pool_name", "state", "percent_done", "days", "sizes_pct", "rate_scale", "peak_basis",
-                  "trace_name", "error", "requested_by", "requested_channel", "created_at", "started_at",
+                  "trace_name", "window_start", "window_end", "error", "requested_by", "requested_channel", "created_at", "started_at",
                   "finished_at", "result"]
         read_only_fields = fields
 

@@ -17,7 +17,8 @@ from incidents import alerts, postmortem, timeline
 from incidents.models import Incident
 from sandbox.kube.cluster import SandboxCluster
 from scaling import loop, services as scaling
-from scaling.choices import ProposalState
+from scaling import report_service
+from scaling.choices import ProposalState, ReportState
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.models import Proposal
 
@@ -71,3 +72,16 @@ def test_a_surge_opens_a_p1_incident_whose_timeline_holds_alert_proposal_approva
 
     text = postmortem.render(incident)
     assert f"#{proposal.pk} Reactive" in text and "decided by alice via slack" in text and "ready after" in text
+
+    # What if: the surge's window replayed at other warm-pool settings, its line in the postmortem.
+    report = report_service.run(report_service.request_what_if(incident, core.Actor(alice, ActorChannel.WEB),
+                                                               enqueue=False).pk)
+    assert report.state == ReportState.SUCCEEDED, report.error
+    what_if = report.result["what_if"]
+    assert what_if["ran"]["requests"] > 1000 and len(what_if["alternatives"]) == 5  # sizes 0-100 by 20, 0 ran
+    text = postmortem.render(Incident.objects.get(pk=incident.pk))
+    assert what_if["summary"] in text
+    # The replay against what the loop recorded in the window: the sandbox's one replica, its TTFT over 1.5 s.
+    trust = report.result["observed_vs_replay"]
+    assert trust["ready_replicas_max"]["observed"] == 1 and trust["ttft_p95_ms_median"]["observed"] > 1500
+    assert "How far to trust it: " + trust["summary"] in text

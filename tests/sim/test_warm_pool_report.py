@@ -99,9 +99,11 @@ def test_it_recommends_nothing_when_no_size_meets_the_objective() -> None:
 def test_the_json_and_csv_have_one_row_per_size(wave_report: reports.Report) -> None:
     result = json.loads(json.dumps(wave_report.as_json()))  # what is stored is plain JSON
     assert set(result) == {"period", "slo", "capacity_rps_per_replica", "flag_above_pct", "recommended_pct",
-                           "recommendation", "rows", "assumptions", "worst_day", "observed_vs_replay", "wall_s"}
+                           "recommendation", "rows", "assumptions", "worst_day", "observed_vs_replay", "wall_s",
+                           "fallback", "what_if"}
     assert set(result["rows"][0]) == set(reports.CSV_COLUMNS) | {"with_fallback"}
-    assert all(row["with_fallback"] is None for row in result["rows"])  # the hook, not modelled yet
+    assert all(row["with_fallback"] is None for row in result["rows"])  # no fallback model in this spec
+    assert result["fallback"] is None and result["what_if"] is None
     lines = list(csv.reader(io.StringIO(reports.rows_csv(result))))
     assert tuple(lines[0]) == reports.CSV_COLUMNS and len(lines) == 1 + len(result["rows"])
     assert [float(line[0]) for line in lines[1:]] == [row["warm_pool_pct"] for row in result["rows"]]

@@ -49,6 +49,13 @@ def table(result: dict[str, Any]) -> str:
                       f"{row['ttft_p95_ms']:,.0f} / {row['ttft_p99_ms']:,.0f}",
                       f"{row['e2e_p95_ms']:,.0f} / {row['e2e_p99_ms']:,.0f}", f"{row['slo_attainment']:.2%}",
                       f"{row['cold_start_requests']:,}", worst, marks))
+    if (result.get("fallback") or {}).get("replayed"):  # the fallback column: SLO met, share on it, +$/month
+        lines[0] = (*header[:-1], "with fallback: SLO met / share / +$/month", "")
+        for number, row in enumerate(result["rows"], start=1):
+            cells, line = row["with_fallback"], lines[number]
+            lines[number] = (*line[:-1], f"{cells['slo_attainment']:.2%} / {cells['fallback_share']:.0%} / "
+                                         f"{cells['extra_cost_usd_per_month']:+,.0f}", line[-1])
+        header = lines[0]
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
 
@@ -123,6 +130,9 @@ class Command(BaseCommand):
             self.stdout.write(table(result) + "\n\n" + result["recommendation"] + "\n")
             if result.get("observed_vs_replay", {}) and result["observed_vs_replay"].get("summary"):
                 self.stdout.write(result["observed_vs_replay"]["summary"] + "\n")
+            fallback = result.get("fallback") or {}
+            if fallback and not fallback.get("replayed"):
+                self.stdout.write(f"Fallback {fallback['model']}: not replayed, {fallback['why_not']}.\n")
         for path in write_files(report.pk, result, Path(options["out"])):
             sys.stderr.write(f"wrote {path}\n")
         sys.stderr.write(f"report #{report.pk} took {result['wall_s']:.1f} s\n")
