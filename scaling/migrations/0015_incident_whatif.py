@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scaling', '0011_fallback_breakers'),
+        ('scaling', '0013_traffic_notifications'),
     ]
 
     operations = [
