@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Avg, Count, Min, OuterRef, Q, Subquery, Sum, Value
+from django.db.models import Avg, Count, Min, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Least, TruncHour
 from django.utils import timezone
 
@@ -27,7 +27,7 @@ from controlplane import services as core
 from controlplane.models import Cluster, Pool, Team
 from incidents import incidents, rules, trends
 from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState, NotificationKind, NotificationState
-from incidents.models import Alert, AlertEvent, Channel, Notification, Silence, SloSample
+from incidents.models import Alert, AlertEvent, Channel, HourlyRollup, Notification, Silence, SloSample
 from incidents.services import NotificationError, integration_enabled
 from scaling.choices import ProposalState
 from scaling.models import ColdStart, PlannerMemory, Proposal, SignalSample
@@ -95,17 +95,49 @@ def _totals(row: dict[str, Any], window_s: float, now: datetime) -> rules.Window
                               (now - oldest).total_seconds() if oldest else 0.0)
 
 
-def hourly_history(pools: Sequence[Pool], now: datetime) -> dict[int, list[trends.Hour]]:
-    """Every pool's hourly means over 8 days, in one grouped query (the database averages the ~240
-    samples of each hour; Python sees at most 192 rows per pool)."""
-    rows = (SignalSample.objects.filter(pool__in=pools, at__gt=now - TREND_HISTORY, at__lte=now)
-            .annotate(hour=TruncHour("at", tzinfo=UTC)).values("pool_id", "hour")
+def _hourly_means(samples: QuerySet[SignalSample]) -> dict[int, list[list[float | None]]]:
+    """Per pool, [hour start, mean rate, mean TTFT p95, mean prefix-cache hit rate] of each hour, oldest first."""
+    rows = (samples.annotate(hour=TruncHour("at", tzinfo=UTC)).values("pool_id", "hour")
             .annotate(rate=Avg("request_rate_rps"), ttft=Avg("ttft_p95_s"), hit=Avg("prefix_cache_hit_rate"))
-            .order_by())  # the model's ordering by `at` would split the groups
-    hours: dict[int, list[trends.Hour]] = defaultdict(list)
+            .order_by("pool_id", "hour"))  # (the model's ordering by `at` would split the groups)
+    hours: dict[int, list[list[float | None]]] = defaultdict(list)
     for row in rows:
-        hours[row["pool_id"]].append(trends.Hour(row["hour"].timestamp(), row["rate"], row["ttft"], row["hit"]))
+        hours[row["pool_id"]].append([row["hour"].timestamp(), row["rate"], row["ttft"], row["hit"]])
     return hours
+
+
+def _complete_hours(pool: Pool, rollup: HourlyRollup | None, hour_start: datetime) -> list[list[float | None]]:
+    """The pool's complete hours of the last 8 days before `hour_start`: the stored rollup, brought up to
+    date with the hours completed since (and stored, unless another worker did it first)."""
+    oldest = hour_start - TREND_HISTORY
+    if rollup is not None and rollup.through == hour_start:
+        return rollup.hours
+    if rollup is not None and hour_start < rollup.through <= hour_start + timedelta(hours=1):
+        # A worker whose clock is just behind the one that stored the next hour (at the hour's turn).
+        return [hour for hour in rollup.hours if hour[0] < hour_start.timestamp()]
+    known = rollup is not None and oldest <= rollup.through < hour_start
+    since = rollup.through if known else oldest
+    added = _hourly_means(SignalSample.objects.filter(pool=pool, at__gte=since, at__lt=hour_start)).get(pool.pk, [])
+    hours = [h for h in rollup.hours if h[0] >= oldest.timestamp()] + added if known else added
+    if rollup is None:
+        try:
+            with transaction.atomic():
+                HourlyRollup.objects.create(pool=pool, through=hour_start, hours=hours)
+        except IntegrityError:
+            pass  # another worker created it a moment ago
+    elif rollup.through < hour_start:  # (a rollup ahead of this evaluation's clock is left as it is)
+        HourlyRollup.objects.filter(pk=rollup.pk, through=rollup.through).update(through=hour_start, hours=hours)
+    return hours
+
+
+def hourly_history(pools: Sequence[Pool], now: datetime) -> dict[int, list[trends.Hour]]:
+    """Every pool's hourly means over 8 days: the stored complete hours (one more aggregated per pool
+    per hour) and the hour in progress, read for all pools in one grouped query."""
+    hour_start = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    rollups = {rollup.pool_id: rollup for rollup in HourlyRollup.objects.filter(pool__in=pools)}
+    current = _hourly_means(SignalSample.objects.filter(pool__in=pools, at__gte=hour_start, at__lte=now))
+    return {pool.pk: [trends.Hour(*hour) for hour in _complete_hours(pool, rollups.get(pool.pk), hour_start)
+                      + current.get(pool.pk, [])] for pool in pools}
 
 
 def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFacts]:

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from controlplane.models import Pool
 from incidents import alerts, services
 from incidents.choices import AlertState, NotificationKind
-from incidents.models import Alert, Channel, Incident, Notification
+from incidents.models import Alert, Channel, HourlyRollup, Incident, Notification
 from scaling.models import PlannerMemory, SignalSample
 
 from tests.incidents.conftest import Receiver
@@ -113,13 +113,32 @@ def test_a_prefix_cache_hit_rate_drop_fires_and_resolves_at_the_hours_its_6_hour
                      "Resolved: Prefix-cache hit rate falling · gpu-us-east/chat-8b"]
 
 
-def test_the_hourly_history_is_one_query_for_all_pools_and_unknown_stays_unknown(pool: Pool) -> None:
-    store(pool, T0 - timedelta(hours=2), T0, request_rate_rps=lambda at: float(at.minute),
+def test_the_hourly_history_keeps_complete_hours_and_reads_the_hour_in_progress_live(pool: Pool) -> None:
+    store(pool, T0 - timedelta(hours=2), T0 + timedelta(hours=2), request_rate_rps=lambda at: float(at.minute),
           ttft_p95_s=lambda at: None if at.hour == 8 else 0.5)
     SignalSample.objects.create(pool=pool, at=T0 - timedelta(days=9), request_rate_rps=99.0)  # older than 8 days
-    with CaptureQueriesContext(connection) as queries:
-        hours = alerts.hourly_history([pool], T0)[pool.pk]
-    assert len(queries) == 1
-    got = sorted((h.start_s, h.request_rate_rps, h.ttft_p95_s) for h in hours)
+    at = T0 + timedelta(minutes=25)  # samples at :00, :10, :20 of the hour in progress
+    hours = alerts.hourly_history([pool], at)[pool.pk]
     start = (T0 - timedelta(hours=2)).timestamp()
-    assert got == [(start, 25.0, None), (start + 3600, 25.0, 0.5)]  # minutes 0..50: mean 25
+    assert [(h.start_s, h.request_rate_rps, h.ttft_p95_s) for h in hours] == [
+        (start, 25.0, None), (start + 3600, 25.0, 0.5), (start + 7200, 10.0, 0.5)]  # minutes 0..50: mean 25
+    rollup = HourlyRollup.objects.get(pool=pool)
+    assert (rollup.through, len(rollup.hours)) == (T0, 2)
+
+    with CaptureQueriesContext(connection) as queries:  # the same hour again: the rollup and the live hour
+        assert alerts.hourly_history([pool], at + timedelta(minutes=10))[pool.pk][:2] == hours[:2]
+    assert len(queries) == 2
+    with CaptureQueriesContext(connection) as queries:  # the next hour: one more hour aggregated and stored
+        later = alerts.hourly_history([pool], T0 + timedelta(hours=1, minutes=5))[pool.pk]
+    assert len(queries) == 4
+    assert [(h.start_s, h.request_rate_rps) for h in later] == [
+        (start, 25.0), (start + 3600, 25.0), (start + 7200, 25.0), (start + 10800, 0.0)]
+    assert HourlyRollup.objects.get(pool=pool).through == T0 + timedelta(hours=1)
+    # A worker just behind at the hour's turn reads the stored hours before its own; a replay of an earlier
+    # time reads the samples. Neither moves the rollup back.
+    with CaptureQueriesContext(connection) as queries:
+        assert alerts.hourly_history([pool], at)[pool.pk] == hours
+    assert len(queries) == 2
+    earlier = alerts.hourly_history([pool], at - timedelta(hours=1))[pool.pk]  # 09:25: 08:00 complete, 09:00 live
+    assert [(h.start_s, h.request_rate_rps, h.ttft_p95_s) for h in earlier] == [(start, 25.0, None), (start + 3600, 10.0, 0.5)]
+    assert HourlyRollup.objects.get(pool=pool).through == T0 + timedelta(hours=1)

@@ -140,6 +140,22 @@ def test_the_postmortem_downloads_as_markdown(client, incident: Incident, alice:
     assert "## Impact" in answer.content.decode() and "worst TTFT p95 2.85 s" in answer.content.decode()
 
 
+def test_the_postmortem_judges_an_e2e_p99_slo_from_the_stored_samples(client, incident: Incident,
+                                                                     alice: User) -> None:  # noqa: ANN001
+    from controlplane.choices import SloIndicator
+    from controlplane.models import SLO
+
+    SLO.objects.create(pool=incident.pool, indicator=SloIndicator.E2E_P99, threshold=4000, objective=0.99)
+    SLO.objects.create(pool=incident.pool, indicator=SloIndicator.QUEUE_TIME_P95, threshold=500, objective=0.99)
+    client.force_login(alice)
+    text = client.get(f"/incidents/{incident.pk}/postmortem.md").content.decode()
+    # Every stored e2e p99 (4.5 s) broke 4 s: the 36 ticks' 9 minutes, at most a minute for the last one.
+    row = next(line for line in text.splitlines() if line.startswith("| End-to-end latency p99 (ms) ≤ 4000 ms |"))
+    breached, known = (cell.strip() for cell in row.split("|")[2:4])
+    assert breached == known and 8.75 <= float(breached.split()[0]) <= 9.75
+    assert "Not judged here (the per-tick history does not keep them): Queue time p95 (ms);" in text
+
+
 def test_a_system_incident_renders_without_pool_charts(client, pool: Pool, bob: User) -> None:  # noqa: ANN001
     from incidents import alerts
     from tests.incidents.test_alerts import T0, evaluate
