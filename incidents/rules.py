@@ -343,7 +343,7 @@ def capacity_72h(facts: PoolFacts, limits: Thresholds) -> Verdict:
         return Verdict(CAPACITY_72H, labels, UNKNOWN, numbers={"days_known": float(len(peaks))})
     capacity = most * per_replica
     numbers = {"forecast_peak_rps": made.peak_rps, "capacity_rps": capacity, "max_replicas": float(most),
-               "capacity_per_replica_rps": per_replica, "peak_today_rps": made.growth.level,
+               "capacity_per_replica_rps": per_replica, "fitted_peak_now_rps": made.growth.level,
                "growth_rps_per_day": made.growth.slope, "hours_ahead": made.day * 24.0}
     how = "last week's same days plus the growth" if made.weekly else f"the trend of {made.growth.days} daily peaks"
     text = (f"busiest hour forecast {made.peak_rps:.2f} req/s within {made.day * 24} h ({how}, "

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -15,6 +16,7 @@ from incidents.choices import AlertState, NotificationKind
 from incidents.models import Alert, Channel, HourlyRollup, Incident, Notification
 from scaling.models import PlannerMemory, SignalSample
 
+from tests.core.conftest import token_client
 from tests.incidents.conftest import Receiver
 from tests.incidents.test_alerts import HOOK, states
 
@@ -58,7 +60,7 @@ def busy_afternoons(peak_of_day: float) -> Callable[[datetime], float]:
 
 
 def test_capacity_exhausted_within_72_hours_fires_after_its_for_and_resolves_when_max_replicas_rise(
-        pool: Pool, slack_channel: Channel, receiver: Receiver) -> None:
+        pool: Pool, slack_channel: Channel, receiver: Receiver, client, alice: User) -> None:  # noqa: ANN001
     # 8 replicas × 5 req/s (the planner's corrected capacity) = 40 req/s; the busiest hour grows from 19 to
     # 34 req/s over 6 days: 43 req/s within 72 h.
     PlannerMemory.objects.create(pool=pool, last_decision={"capacity_per_replica_rps": 5.0})
@@ -80,6 +82,13 @@ def test_capacity_exhausted_within_72_hours_fires_after_its_for_and_resolves_whe
     assert not Incident.objects.exists()  # P2 is for the next working day: listed and told, nobody paged
     evaluate(pool, T0 + timedelta(minutes=30))
     assert len(said(receiver, "Capacity")) == 1
+    client.force_login(alice)  # listed with the pool's alerts, in the calm badge of the later tiers
+    page = client.get("/alerts/").content.decode()
+    row = page.split(f'<tr id="alert-{alert.pk}">')[1].split("</tr>")[0]
+    assert '<span class="badge later">P2</span>' in row and "busiest hour forecast 43.00 req/s" in row
+    assert "incident #" not in row
+    listed = token_client(alice).get("/api/v1/alerts/", {"tier": "P2", "active": "true"}).json()["results"]
+    assert [(a["rule"], a["state"]) for a in listed] == [("capacity_72h", "firing")]
 
     Pool.objects.filter(pk=pool.pk).update(max_replicas=9)  # 45 req/s: the team made room
     evaluate(pool, T0 + timedelta(minutes=45))
