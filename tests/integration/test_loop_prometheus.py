@@ -40,6 +40,14 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
         status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
         assert status.desired >= proposal.target_replicas
+        # What the incident view charts, as the ticks stored it from Prometheus: the p99s, KV-cache use, the
+        # error rate and prefix-cache hits of the surge. (Samples backfilled from Prometheus' history have
+        # only a request rate: those columns are None there, never 0.)
+        samples = SignalSample.objects.filter(pool=pool)
+        for column in ("ttft_p99_s", "e2e_p99_s", "kv_cache_usage", "error_rate", "prefix_cache_hit_rate"):
+            assert samples.filter(**{f"{column}__isnull": False}).exists(), column
+        assert samples.filter(kv_cache_usage__gt=0).exists()
+        assert samples.filter(fallback_share=0.0).exists() and not samples.filter(fallback_share__gt=0).exists()
 
 
 @pytest.mark.prometheus
