@@ -32,6 +32,7 @@ from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
+from incidents.models import HourlyRollup
 from scaling import services, traffic
 from scaling.choices import ACTIVE_STATES, FALLBACK_OPEN_PHASES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
@@ -147,6 +148,8 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
             # The forecasters start afresh from the history that now includes the backfill.
             PlannerMemory.objects.update_or_create(pool=pool, defaults={"history_backfilled_at": now,
                                                                         "seasonal_forecast": {}})
+            # And so do the alert rules over days: their hourly rollup may have been built before it.
+            HourlyRollup.objects.filter(pool=pool).delete()
     return {}
 
 

@@ -8,6 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from controlplane.models import Pool
+from incidents import alerts
+from incidents.models import HourlyRollup
 from scaling import loop
 from scaling.choices import ProposalState
 from scaling.drivers.kubernetes import KubernetesDriver
@@ -61,6 +63,8 @@ def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User,
     with Sandbox(config) as sandbox:
         register(sandbox)
         pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
+        alerts.evaluate_alerts([pool])  # the beat may evaluate a new pool before its first tick
+        assert HourlyRollup.objects.get(pool=pool).hours == []
         report = loop.tick([pool])
         assert not any("history" in where for where in report.errors), report.errors
         from django.utils import timezone
@@ -68,6 +72,8 @@ def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User,
         old = SignalSample.objects.filter(pool=pool, at__lt=timezone.now() - timedelta(hours=1))
         assert old.count() >= 5 and all(rate > 0 for rate in old.values_list("request_rate_rps", flat=True))
         assert PlannerMemory.objects.get(pool=pool).history_backfilled_at is not None
+        # The alert rules over days start afresh from the backfilled hours too (3 past hours, complete ones kept).
+        assert len(HourlyRollup.objects.get(pool=pool).hours) >= 2
         before = SignalSample.objects.filter(pool=pool).count()
         loop.tick([pool])
         assert SignalSample.objects.filter(pool=pool).count() == before + 1  # only the new tick's sample
