@@ -14,20 +14,20 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum, Value
-from django.db.models.functions import Least
+from django.db.models import Avg, Count, Min, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Least, TruncHour
 from django.utils import timezone
 
 from controlplane import services as core
 from controlplane.models import Cluster, Pool, Team
-from incidents import incidents, rules
+from incidents import incidents, rules, trends
 from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState, NotificationKind, NotificationState
-from incidents.models import Alert, AlertEvent, Channel, Notification, Silence, SloSample
+from incidents.models import Alert, AlertEvent, Channel, HourlyRollup, Notification, Silence, SloSample
 from incidents.services import NotificationError, integration_enabled
 from scaling.choices import ProposalState
 from scaling.models import ColdStart, PlannerMemory, Proposal, SignalSample
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_COLD_START_S = 90.0  # as scaling.loop: a pool's expected cold start until one is measured
 HISTORY = timedelta(minutes=10)  # queue growth reads 6 minutes, the outage rule the last known rate
+TREND_HISTORY = timedelta(days=trends.HISTORY_DAYS)  # the rules over days read hourly means this far back
 SLO_SAMPLE_RETENTION = timedelta(seconds=max(rules.BURN_WINDOWS_S) + 3600)
 
 
@@ -94,6 +95,51 @@ def _totals(row: dict[str, Any], window_s: float, now: datetime) -> rules.Window
                               (now - oldest).total_seconds() if oldest else 0.0)
 
 
+def _hourly_means(samples: QuerySet[SignalSample]) -> dict[int, list[list[float | None]]]:
+    """Per pool, [hour start, mean rate, mean TTFT p95, mean prefix-cache hit rate] of each hour, oldest first."""
+    rows = (samples.annotate(hour=TruncHour("at", tzinfo=UTC)).values("pool_id", "hour")
+            .annotate(rate=Avg("request_rate_rps"), ttft=Avg("ttft_p95_s"), hit=Avg("prefix_cache_hit_rate"))
+            .order_by("pool_id", "hour"))  # (the model's ordering by `at` would split the groups)
+    hours: dict[int, list[list[float | None]]] = defaultdict(list)
+    for row in rows:
+        hours[row["pool_id"]].append([row["hour"].timestamp(), row["rate"], row["ttft"], row["hit"]])
+    return hours
+
+
+def _complete_hours(pool: Pool, rollup: HourlyRollup | None, hour_start: datetime) -> list[list[float | None]]:
+    """The pool's complete hours of the last 8 days before `hour_start`: the stored rollup, brought up to
+    date with the hours completed since (and stored, unless another worker did it first)."""
+    oldest = hour_start - TREND_HISTORY
+    if rollup is not None and rollup.through == hour_start:
+        return rollup.hours
+    if rollup is not None and hour_start < rollup.through <= hour_start + timedelta(hours=1):
+        # A worker whose clock is just behind the one that stored the next hour (at the hour's turn).
+        return [hour for hour in rollup.hours if hour[0] < hour_start.timestamp()]
+    known = rollup is not None and oldest <= rollup.through < hour_start
+    since = rollup.through if known else oldest
+    added = _hourly_means(SignalSample.objects.filter(pool=pool, at__gte=since, at__lt=hour_start)).get(pool.pk, [])
+    hours = [h for h in rollup.hours if h[0] >= oldest.timestamp()] + added if known else added
+    if rollup is None:
+        try:
+            with transaction.atomic():
+                HourlyRollup.objects.create(pool=pool, through=hour_start, hours=hours)
+        except IntegrityError:
+            pass  # another worker created it a moment ago
+    elif rollup.through < hour_start:  # (a rollup ahead of this evaluation's clock is left as it is)
+        HourlyRollup.objects.filter(pk=rollup.pk, through=rollup.through).update(through=hour_start, hours=hours)
+    return hours
+
+
+def hourly_history(pools: Sequence[Pool], now: datetime) -> dict[int, list[trends.Hour]]:
+    """Every pool's hourly means over 8 days: the stored complete hours (one more aggregated per pool
+    per hour) and the hour in progress, read for all pools in one grouped query."""
+    hour_start = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    rollups = {rollup.pool_id: rollup for rollup in HourlyRollup.objects.filter(pool__in=pools)}
+    current = _hourly_means(SignalSample.objects.filter(pool__in=pools, at__gte=hour_start, at__lte=now))
+    return {pool.pk: [trends.Hour(*hour) for hour in _complete_hours(pool, rollups.get(pool.pk), hour_start)
+                      + current.get(pool.pk, [])] for pool in pools}
+
+
 def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFacts]:
     """The rules' inputs for every pool, read in a fixed number of queries."""
     memories = {m.pool_id: m for m in PlannerMemory.objects.filter(pool__in=pools)}
@@ -106,6 +152,7 @@ def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFact
     latest_cold = ColdStart.objects.filter(pool=OuterRef("pk")).order_by("-measured_at", "-pk").values("seconds")[:1]
     cold = dict(Pool.objects.filter(pk__in=[p.pk for p in pools]).annotate(latest=Subquery(latest_cold))
                 .values_list("pk", "latest"))
+    hours = hourly_history(pools, now)
     facts = {}
     for pool in pools:
         memory = memories.get(pool.pk)
@@ -120,6 +167,8 @@ def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFact
             signals_unknown_for_s=decision.get("signals_unknown_for_s"),
             history=history.get(pool.pk, []), slos=slos,
             cold_start_latest_s=cold.get(pool.pk), cold_start_p95_s=pool.cold_start_p95_s,
+            hours=hours.get(pool.pk, []), max_replicas=pool.max_replicas,
+            capacity_per_replica_rps=decision.get("capacity_per_replica_rps") or pool.replica_capacity_rps,
         )
     return facts
 

@@ -143,7 +143,7 @@ def _record_signals(pool: Pool, tick: dict[str, Any], now: datetime) -> None:
     PlannerMemory.objects.update_or_create(pool=pool, defaults={
         "last_signals": signals, "last_decision": {"at": now.isoformat(), "capacity_per_replica_rps": REPLICA_CAPACITY_RPS}})
     SignalSample.objects.create(pool=pool, at=now, request_rate_rps=tick["rate_rps"], queue_depth=tick["queue_depth"],
-                                ttft_p95_s=tick["ttft_p95_s"], ready_replicas=tick["ready"],
+                                ttft_p95_s=tick["ttft_p95_s"], error_rate=tick["error_rate"], ready_replicas=tick["ready"],
                                 desired_replicas=tick["desired"])
 
 

@@ -1,6 +1,6 @@
 """What the incident view shows, gathered from stored records: the charts (from SignalSample, the loop's
 per-tick history), a one-line verdict (better or worse than 5 minutes ago), what Headroom is doing
-about it, and the readings the per-tick history does not keep (p99, errors, KV cache: now only)."""
+about it, and the loop's last readings of p99, errors and KV cache."""
 from __future__ import annotations
 
 import math
@@ -149,9 +149,9 @@ def live_view(incident: Incident, entries: list[Entry], now: datetime | None = N
     tz = incident.cluster.tz
     marks = markers(entries)
     series = {name: [(s.at, getattr(s, name)) for s in samples] for name in (
-        "ttft_p95_s", "e2e_p95_s", "queue_depth", "request_rate_rps", "ready_replicas", "desired_replicas",
-        "target_replicas")}
-    ttft_slo, e2e_slo = _slo_s(pool, SloIndicator.TTFT_P95), _slo_s(pool, SloIndicator.E2E_P95)
+        "ttft_p95_s", "ttft_p99_s", "e2e_p95_s", "e2e_p99_s", "queue_depth", "request_rate_rps", "ready_replicas",
+        "desired_replicas", "target_replicas", "error_rate", "kv_cache_usage", "fallback_share")}
+    ttft_slo = _slo_s(pool, SloIndicator.TTFT_P95)
     view.verdict = trend(series["ttft_p95_s"], series["queue_depth"], ttft_slo, end)
     if incident.active:
         view.doing = _doing(incident, memory, now)
@@ -159,14 +159,7 @@ def live_view(incident: Incident, entries: list[Entry], now: datetime | None = N
     elif view.verdict.sentence:  # a resolved incident: how it stood at the end of its charts, nothing live
         view.verdict = Verdict(view.verdict.direction, f"At {end:%H:%M} UTC: {view.verdict.sentence}")
     common = {"start": start, "end": end, "tz": tz, "markers": marks}
-    thresholds = [Threshold("TTFT p95 SLO", ttft_slo, "red")] if ttft_slo is not None else []
-    if e2e_slo is not None:
-        thresholds.append(Threshold("e2e p95 SLO", e2e_slo, "orange"))
-    view.charts.append(time_chart(
-        "Latency p95 against the SLO", "s",
-        [Line("time to first token p95", series["ttft_p95_s"], "blue"),
-         Line("end-to-end p95", series["e2e_p95_s"], "purple")],
-        thresholds=thresholds, note="p99 is not kept per tick: its latest reading is listed above", **common))
+    view.charts += _latency_charts(pool, series, common)
     view.charts.append(time_chart("Requests waiting in the queue", "req",
                                   [Line("waiting requests", series["queue_depth"], "orange")], **common))
     capacity_rps = ((memory.last_decision or {}).get("capacity_per_replica_rps") if memory else None) \
@@ -179,7 +172,46 @@ def live_view(incident: Incident, entries: list[Entry], now: datetime | None = N
         note=f"capacity = ready replicas × {capacity_rps:.2f} req/s (the planner's corrected per-replica capacity)",
         **common))
     view.charts.append(_replicas_chart(incident, series, memory, capacity_rps, common, now))
+    view.charts += _health_charts(pool, series, common)
     return view
+
+
+def _percent(points: list[tuple[datetime, float | None]]) -> list[tuple[datetime, float | None]]:
+    return [(at, None if value is None else value * 100.0) for at, value in points]
+
+
+def _latency_charts(pool: Any, series: dict, common: dict) -> list[SafeString]:
+    """TTFT and end-to-end latency, p95 and p99 each, against the pool's SLO lines on them."""
+    charts = []
+    for title, name, label, indicators in (
+            ("Time to first token p95 and p99 against the SLO", "ttft", "time to first token", (SloIndicator.TTFT_P95,)),
+            ("End-to-end latency p95 and p99 against the SLO", "e2e", "end-to-end",
+             (SloIndicator.E2E_P95, SloIndicator.E2E_P99))):
+        thresholds = [Threshold(f"{indicator.label.split(' (')[0]} SLO", value, tone)
+                      for indicator, tone in zip(indicators, ("red", "orange"), strict=False)
+                      if (value := _slo_s(pool, indicator)) is not None]
+        charts.append(time_chart(title, "s", [Line(f"{label} p95", series[f"{name}_p95_s"], "blue"),
+                                              Line(f"{label} p99", series[f"{name}_p99_s"], "purple", dashed=True)],
+                                 thresholds=thresholds, **common))
+    return charts
+
+
+def _health_charts(pool: Any, series: dict, common: dict) -> list[SafeString]:
+    """Error rate (against its SLO and the P0 bar), KV-cache use and the share sent to the fallback, in %."""
+    error_slo = next((s.threshold for s in pool.slos.all() if s.indicator == SloIndicator.ERROR_RATE), None)
+    error_lines = [Threshold("P0 alert (5 %)", 5.0, "red")]
+    if error_slo is not None:
+        error_lines.insert(0, Threshold("error-rate SLO", error_slo * 100.0, "orange"))
+    return [
+        time_chart("Error rate", "%", [Line("requests failing", _percent(series["error_rate"]), "red")],
+                   thresholds=error_lines, **common),
+        time_chart("KV cache in use", "%", [Line("KV cache in use (mean over ready replicas)",
+                                                 _percent(series["kv_cache_usage"]), "teal")],
+                   thresholds=[Threshold("full", 100.0, "gray")], **common),
+        time_chart("Share of traffic on the fallback pool", "%",
+                   [Line("on the fallback", _percent(series["fallback_share"]), "orange")],
+                   note="the fallback backend's share of the route weight, as written and read back", **common),
+    ]
 
 
 def _replicas_chart(incident: Incident, series: dict, memory: PlannerMemory | None, capacity_rps: float,

@@ -250,6 +250,19 @@ class SloSample(models.Model):
         constraints = [models.UniqueConstraint(fields=["slo", "at"], name="slosample_one_per_tick")]
 
 
+class HourlyRollup(models.Model):
+    """A pool's hourly means of its stored samples over the last 8 days, for the alert rules over days.
+
+    Kept hour by hour: an evaluation adds the hours completed since `through` (one, usually) instead of
+    averaging 8 days of 15-second samples every 15 s; the hour in progress is read live. Each entry of
+    `hours` is [hour start (epoch s), request rate, TTFT p95, prefix-cache hit rate], null where unknown.
+    """
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="hourly_rollup")
+    through = models.DateTimeField(help_text="Every complete hour before this is in `hours`.")
+    hours = models.JSONField(default=list)
+
+
 class Incident(models.Model):
     """A P0/P1 situation on one pool (or, with no pool, the control loop of a cluster), from the first
     firing alert to a person resolving it.

@@ -1,6 +1,6 @@
 """The postmortem of an incident as Markdown: summary, impact (SLO minutes and requests), timeline,
 decisions with their reasons, the what-if replay, notes and follow-ups. Everything comes from stored records; a number
-that cannot be known from them (p99 history, a window older than the samples kept) says so."""
+that cannot be known from them (an SLO the samples do not keep, a window older than them) says so."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -19,7 +19,8 @@ from scaling.models import Proposal, SignalSample
 # A sample stands for the time until the next one, but never longer than this: a longer silence is unknown.
 MAX_SAMPLE_SPAN_S = 60.0
 # SLO indicators the per-tick history (SignalSample) keeps, and the field that holds each.
-SAMPLED_INDICATORS = {SloIndicator.TTFT_P95: "ttft_p95_s", SloIndicator.E2E_P95: "e2e_p95_s"}
+SAMPLED_INDICATORS = {SloIndicator.TTFT_P95: "ttft_p95_s", SloIndicator.E2E_P95: "e2e_p95_s",
+                      SloIndicator.E2E_P99: "e2e_p99_s"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def _impact(incident: Incident, end: datetime) -> list[str]:
         lines.append(f"| {slo.get_indicator_display()} ≤ {slo.threshold:g} ms | {impact.breached_minutes:.1f} min "
                      f"| {impact.known_minutes:.1f} min | {impact.requests:,.0f} | {impact.requests_in_breach:,.0f} |")
     if not judged:
-        lines.append("| (no TTFT p95 or e2e p95 SLO on this pool) | | | | |")
+        lines.append("| (no TTFT p95, e2e p95 or e2e p99 SLO on this pool) | | | | |")
     others = [slo.get_indicator_display() for slo in incident.pool.slos.all() if slo.indicator not in SAMPLED_INDICATORS]
     if others:
         lines += ["", f"Not judged here (the per-tick history does not keep them): {', '.join(others)}; "

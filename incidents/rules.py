@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from incidents import trends
 
 P0, P1, P2, P3 = "P0", "P1", "P2", "P3"
 FIRING, OK, UNKNOWN = "firing", "ok", "unknown"
@@ -40,6 +43,11 @@ QUEUE_GROWTH = Rule("queue_growth", P1, "Queue growing for 5 minutes", capacity=
 STALE = Rule("stale_signals", P1, "No fresh metrics for 90 s")
 HEARTBEAT = Rule("heartbeat", P0, "The control loop stopped ticking")
 COLD_START = Rule("cold_start_regression", P2, "Cold start well above the pool's p95")
+# Over days (incidents/trends.py): a quarter hour of holding keeps an hour boundary from flapping them.
+CAPACITY_72H = Rule("capacity_72h", P2, "Capacity exhausted within 72 h at the forecast", for_s=15 * MINUTE)
+LATENCY_TREND = Rule("latency_trend", P3, "TTFT p95 trending up over days", for_s=15 * MINUTE)
+PEAK_GROWTH = Rule("peak_growth", P3, "Daily peak growing", for_s=15 * MINUTE)
+CACHE_HIT = Rule("cache_hit_degradation", P3, "Prefix-cache hit rate falling", for_s=15 * MINUTE)
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,15 @@ class Thresholds:
     outage_traffic_lookback_s: float = 10 * MINUTE
     cold_start_factor: float = 1.5
     cold_start_min_excess_s: float = 30.0
+    capacity_min_days: int = 3  # daily peaks the 72-hour forecast needs (day 0 among them)
+    trend_min_days: int = 4  # daily figures a trend needs, within the last 7 days
+    trend_rise: float = 0.2  # a trend fires once its line rose this much (relative) over its days
+    latency_trend_min_rise_s: float = 0.05  # ...and TTFT p95 by at least this much: 10 → 12 ms is noise
+    cache_hit_drop: float = 0.2  # the hit rate of the last hours this much (relative) below its baseline
+    cache_hit_min_drop: float = 0.05  # ...and at least 5 points lower
+    cache_recent_s: float = 6 * HOUR
+    cache_recent_min_hours: int = 3
+    cache_baseline_min_days: int = 2  # of days 1 to 7
 
 
 DEFAULTS = Thresholds()
@@ -74,6 +91,7 @@ BURN_FAST = BurnRule(Rule("slo_burn_fast", P0, "Fast error-budget burn", capacit
 BURN_SLOW = BurnRule(Rule("slo_burn_slow", P1, "Slow error-budget burn", capacity=True), 6 * HOUR, 30 * MINUTE, 6.0)
 BURN_RULES = (BURN_FAST, BURN_SLOW)
 RULES = {rule.key: rule for rule in (OUTAGE, TTFT_P99, ERRORS, TTFT_P95, QUEUE_GROWTH, STALE, HEARTBEAT, COLD_START,
+                                     CAPACITY_72H, LATENCY_TREND, PEAK_GROWTH, CACHE_HIT,
                                      *(burn.rule for burn in BURN_RULES))}
 BURN_WINDOWS_S = sorted({w for b in BURN_RULES for w in (b.long_s, b.short_s)})
 MIN_WINDOW_SAMPLES = 3
@@ -167,6 +185,9 @@ class PoolFacts:
     slos: Sequence[SloFacts] = ()
     cold_start_latest_s: float | None = None
     cold_start_p95_s: float | None = None
+    hours: Sequence[trends.Hour] = ()  # hourly means of the stored samples, up to 8 days back
+    max_replicas: int | None = None
+    capacity_per_replica_rps: float | None = None  # the planner's corrected (effective) capacity
 
 
 def slo_observation(indicator: str, threshold: float, signals: Mapping[str, float | None]) -> tuple[float, float] | None:
@@ -309,9 +330,97 @@ def _window(seconds: float) -> str:
     return f"{seconds / HOUR:g} h" if seconds >= HOUR else f"{seconds / MINUTE:g} min"
 
 
+# --- over days: P2 capacity, P3 trends ------------------------------------------------------------
+
+
+def capacity_72h(facts: PoolFacts, limits: Thresholds) -> Verdict:
+    """The busiest hour forecast for the next 72 h against what max replicas serve at the effective capacity."""
+    labels = _labels(facts, CAPACITY_72H)
+    per_replica, most = facts.capacity_per_replica_rps, facts.max_replicas
+    peaks = trends.daily(facts.hours, facts.now_s, "request_rate_rps")
+    made = trends.peak_forecast(peaks, limits.capacity_min_days)
+    if made is None or not per_replica or per_replica <= 0 or not most:
+        return Verdict(CAPACITY_72H, labels, UNKNOWN, numbers={"days_known": float(len(peaks))})
+    capacity = most * per_replica
+    numbers = {"forecast_peak_rps": made.peak_rps, "capacity_rps": capacity, "max_replicas": float(most),
+               "capacity_per_replica_rps": per_replica, "fitted_peak_now_rps": made.growth.level,
+               "growth_rps_per_day": made.growth.slope, "hours_ahead": made.day * 24.0}
+    how = "last week's same days plus the growth" if made.weekly else f"the trend of {made.growth.days} daily peaks"
+    text = (f"busiest hour forecast {made.peak_rps:.2f} req/s within {made.day * 24} h ({how}, "
+            f"{made.growth.slope:+.2f} req/s a day) against {capacity:.2f} req/s at max {most} replicas "
+            f"× {per_replica:.2f} req/s")
+    if made.peak_rps <= capacity:
+        return Verdict(CAPACITY_72H, labels, OK, text, numbers)
+    return Verdict(CAPACITY_72H, labels, FIRING, text + ": raise max replicas or the per-replica capacity", numbers)
+
+
+def _trend(facts: PoolFacts, rule: Rule, points: dict[int, float], limits: Thresholds
+           ) -> tuple[trends.Line, float] | Verdict:
+    """The fitted line over the last 7 days and its relative rise, or the unknown verdict."""
+    recent = {day: value for day, value in points.items() if day < 7}
+    line = trends.theil_sen(recent) if 0 in recent and len(recent) >= limits.trend_min_days else None
+    start = line.at(-line.span_days) if line else None
+    if line is None or start is None or start <= 0:
+        return Verdict(rule, _labels(facts, rule), UNKNOWN, numbers={"days_known": float(len(recent))})
+    return line, line.rise / start
+
+
+def latency_trend(facts: PoolFacts, limits: Thresholds) -> Verdict:
+    """Each day's median hourly TTFT p95 over the last week: firing when the fitted line rose 20 %."""
+    fitted = _trend(facts, LATENCY_TREND, trends.daily(facts.hours, facts.now_s, "ttft_p95_s", "median"), limits)
+    if isinstance(fitted, Verdict):
+        return fitted
+    line, rise = fitted
+    numbers = {"ttft_p95_s": line.level, "ttft_p95_start_s": line.at(-line.span_days), "rise": rise,
+               "days": float(line.span_days)}
+    text = (f"TTFT p95 (daily median) {line.at(-line.span_days):.3f} s → {line.level:.3f} s over {line.span_days} days "
+            f"({rise:+.0%}, alert at +{limits.trend_rise:.0%})")
+    firing = rise >= limits.trend_rise and line.rise >= limits.latency_trend_min_rise_s
+    return Verdict(LATENCY_TREND, _labels(facts, LATENCY_TREND), FIRING if firing else OK, text, numbers)
+
+
+def peak_growth(facts: PoolFacts, limits: Thresholds) -> Verdict:
+    """Each day's busiest hour over the last week: firing when the fitted line rose 20 %, with when it
+    would reach what max replicas serve."""
+    fitted = _trend(facts, PEAK_GROWTH, trends.daily(facts.hours, facts.now_s, "request_rate_rps"), limits)
+    if isinstance(fitted, Verdict):
+        return fitted
+    line, rise = fitted
+    capacity = (facts.max_replicas or 0) * (facts.capacity_per_replica_rps or 0)
+    numbers = {"peak_rps": line.level, "peak_start_rps": line.at(-line.span_days), "rise": rise,
+               "growth_rps_per_day": line.slope, "days": float(line.span_days), "capacity_rps": capacity or None}
+    text = (f"daily peak {line.at(-line.span_days):.2f} → {line.level:.2f} req/s over {line.span_days} days "
+            f"({rise:+.0%}, alert at +{limits.trend_rise:.0%})")
+    if capacity > line.level and line.slope > 0:
+        days_left = (capacity - line.level) / line.slope
+        numbers["days_to_capacity"] = days_left
+        text += f"; at this pace it reaches max capacity ({capacity:.2f} req/s) in about {days_left:.0f} days"
+    return Verdict(PEAK_GROWTH, _labels(facts, PEAK_GROWTH), FIRING if rise >= limits.trend_rise else OK, text, numbers)
+
+
+def cache_hit_degradation(facts: PoolFacts, limits: Thresholds) -> Verdict:
+    """The prefix-cache hit rate of the last 6 hours against the median of the days before (days 1 to 7)."""
+    labels = _labels(facts, CACHE_HIT)
+    recent, hours = trends.recent_mean(facts.hours, facts.now_s, "prefix_cache_hit_rate", limits.cache_recent_s)
+    days = {day: value for day, value in trends.daily(facts.hours, facts.now_s, "prefix_cache_hit_rate", "median").items()
+            if 1 <= day <= 7}
+    if recent is None or hours < limits.cache_recent_min_hours or len(days) < limits.cache_baseline_min_days:
+        return Verdict(CACHE_HIT, labels, UNKNOWN, numbers={"recent_hours": float(hours), "baseline_days": float(len(days))})
+    baseline = statistics.median(days.values())
+    drop = baseline - recent
+    numbers = {"hit_rate": recent, "baseline_hit_rate": baseline, "baseline_days": float(len(days))}
+    text = (f"prefix-cache hit rate {recent:.0%} over the last {limits.cache_recent_s / HOUR:g} h against "
+            f"{baseline:.0%} on the {len(days)} days before")
+    firing = drop >= limits.cache_hit_min_drop and drop >= limits.cache_hit_drop * baseline
+    return Verdict(CACHE_HIT, labels, FIRING if firing else OK,
+                   text + (": prompts changed, the cache shrank, or routing lost its affinity" if firing else ""), numbers)
+
+
 def evaluate_pool(facts: PoolFacts, limits: Thresholds = DEFAULTS) -> list[Verdict]:
-    """Every rule's verdict for one pool. With no recent decision, the signal rules are unknown."""
-    verdicts = [cold_start(facts, limits)]
+    """Every rule's verdict for one pool. With no recent decision, the signal rules are unknown; the
+    rules over days read the stored history, which a stopped loop does not change."""
+    verdicts = [cold_start(facts, limits), capacity_72h(facts, limits), latency_trend(facts, limits),
+                peak_growth(facts, limits), cache_hit_degradation(facts, limits)]
     fresh = facts.decided_at_s is not None and facts.now_s - facts.decided_at_s <= limits.decision_max_age_s
     signal_verdicts = [
         outage(facts, limits),

@@ -32,8 +32,9 @@ from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
+from incidents.models import HourlyRollup
 from scaling import services, traffic
-from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState
+from scaling.choices import ACTIVE_STATES, FALLBACK_OPEN_PHASES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
 from scaling.drivers.registry import cluster_driver, workload_of
@@ -41,7 +42,7 @@ from scaling.drivers.signals import PoolSelector
 from scaling.engine import constants, decide, planner
 from scaling.engine.planner import Decision, ForecastPoint, PoolPlan
 from scaling.engine.signals import PoolSignals, Reading
-from scaling.models import PlannerMemory, Proposal, SignalSample, TickLease
+from scaling.models import FallbackActivation, PlannerMemory, Proposal, SignalSample, TickLease
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +149,8 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
             # The forecasters start afresh from the history that now includes the backfill.
             PlannerMemory.objects.update_or_create(pool=pool, defaults={"history_backfilled_at": now,
                                                                         "seasonal_forecast": {}})
+            # And so do the alert rules over days: their hourly rollup may have been built before it.
+            HourlyRollup.objects.filter(pool=pool).delete()
     return {}
 
 
@@ -323,6 +326,19 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
             + (f" ({share['detail']}, proposal #{share['share']})" if share else "")]
 
 
+# The readings each tick keeps in SignalSample (the charts', the alerts' and the forecasts' history).
+SAMPLED_SIGNALS = ("request_rate_rps", "queue_depth", "ttft_p95_s", "e2e_p95_s", "ttft_p99_s", "e2e_p99_s",
+                   "error_rate", "kv_cache_usage", "prefix_cache_hit_rate")
+
+
+def fallback_share(pool: Pool) -> float:
+    """The share of the pool's route weight on its fallback pool, as last written and read back: 0 with
+    no open activation (a fact, not an unknown: nothing is sent to the fallback)."""
+    percent = FallbackActivation.objects.filter(pool=pool, phase__in=list(FALLBACK_OPEN_PHASES)) \
+        .values_list("route_percent", flat=True).first()
+    return (percent or 0) / 100.0
+
+
 def _signals_dict(signals: PoolSignals) -> dict[str, Any]:
     return {name: (round(float(r.value), 4) if r.is_known else None) for name, r in signals.readings().items()}
 
@@ -342,12 +358,10 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None
         memory.save()
-        rate = signals.request_rate_rps
+        known = {name: float(reading.value) if reading.is_known else None  # type: ignore[arg-type]
+                 for name, reading in signals.readings().items() if name in SAMPLED_SIGNALS}
         SignalSample.objects.create(
-            pool=pool, at=now, request_rate_rps=rate.value if rate.is_known else None,
-            queue_depth=signals.queue_depth.value if signals.queue_depth.is_known else None,
-            ttft_p95_s=signals.ttft_p95_s.value if signals.ttft_p95_s.is_known else None,
-            e2e_p95_s=signals.e2e_p95_s.value if signals.e2e_p95_s.is_known else None,
+            pool=pool, at=now, **known, fallback_share=fallback_share(pool),
             ready_replicas=decision.ready_replicas, desired_replicas=decision.current_replicas,
             target_replicas=decision.target_replicas,
         )

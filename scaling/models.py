@@ -188,6 +188,13 @@ class SignalSample(models.Model):
     queue_depth = models.FloatField(null=True)
     ttft_p95_s = models.FloatField(null=True)
     e2e_p95_s = models.FloatField(null=True)
+    ttft_p99_s = models.FloatField(null=True)
+    e2e_p99_s = models.FloatField(null=True)
+    error_rate = models.FloatField(null=True)  # 0..1 of the requests answered
+    kv_cache_usage = models.FloatField(null=True)  # 0..1, the mean over ready replicas
+    prefix_cache_hit_rate = models.FloatField(null=True)  # 0..1 of the prompt tokens queried
+    # 0..1 of the pool's route weight on its fallback pool (an open activation's, as read back); 0 with none.
+    fallback_share = models.FloatField(null=True)
     ready_replicas = models.IntegerField(null=True)
     desired_replicas = models.IntegerField(null=True)
     target_replicas = models.IntegerField(null=True)

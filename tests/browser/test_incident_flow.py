@@ -39,7 +39,7 @@ def test_an_operator_acknowledges_and_approves_from_the_incident_view(page, inci
     page.goto(page.base_url + f"/incidents/{incident.pk}/")
     live = page.locator("#incident-live")
     expect(live).to_contain_text("Getting worse")
-    expect(live.locator("svg")).to_have_count(4)
+    expect(live.locator("svg")).to_have_count(8)
 
     live.get_by_role("button", name="Acknowledge").click()
     expect(page.locator("#incident-live")).to_contain_text("commander: alice")  # swapped in place, no reload

@@ -8,6 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from controlplane.models import Pool
+from incidents import alerts
+from incidents.models import HourlyRollup
 from scaling import loop
 from scaling.choices import ProposalState
 from scaling.drivers.kubernetes import KubernetesDriver
@@ -40,6 +42,14 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
         status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
         assert status.desired >= proposal.target_replicas
+        # What the incident view charts, as the ticks stored it from Prometheus: the p99s, KV-cache use, the
+        # error rate and prefix-cache hits of the surge. (Samples backfilled from Prometheus' history have
+        # only a request rate: those columns are None there, never 0.)
+        samples = SignalSample.objects.filter(pool=pool)
+        for column in ("ttft_p99_s", "e2e_p99_s", "kv_cache_usage", "error_rate", "prefix_cache_hit_rate"):
+            assert samples.filter(**{f"{column}__isnull": False}).exists(), column
+        assert samples.filter(kv_cache_usage__gt=0).exists()
+        assert samples.filter(fallback_share=0.0).exists() and not samples.filter(fallback_share__gt=0).exists()
 
 
 @pytest.mark.prometheus
@@ -53,6 +63,8 @@ def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User,
     with Sandbox(config) as sandbox:
         register(sandbox)
         pool = Pool.objects.select_related("cluster").prefetch_related("slos", "schedules").get()
+        alerts.evaluate_alerts([pool])  # the beat may evaluate a new pool before its first tick
+        assert HourlyRollup.objects.get(pool=pool).hours == []
         report = loop.tick([pool])
         assert not any("history" in where for where in report.errors), report.errors
         from django.utils import timezone
@@ -60,6 +72,8 @@ def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User,
         old = SignalSample.objects.filter(pool=pool, at__lt=timezone.now() - timedelta(hours=1))
         assert old.count() >= 5 and all(rate > 0 for rate in old.values_list("request_rate_rps", flat=True))
         assert PlannerMemory.objects.get(pool=pool).history_backfilled_at is not None
+        # The alert rules over days start afresh from the backfilled hours too (3 past hours, complete ones kept).
+        assert len(HourlyRollup.objects.get(pool=pool).hours) >= 2
         before = SignalSample.objects.filter(pool=pool).count()
         loop.tick([pool])
         assert SignalSample.objects.filter(pool=pool).count() == before + 1  # only the new tick's sample

@@ -103,3 +103,37 @@ def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> 
     # The next tick a minute later does not propose it again (the pre-scale cooldown and the pending one).
     loop.tick_pool(pool, signals, now + timedelta(minutes=1))
     assert Proposal.objects.filter(pool=pool, kind="prescale").count() == 1
+
+
+def test_each_tick_stores_p99_errors_kv_cache_prefix_hits_and_the_fallback_share(pool: Pool) -> None:
+    """The incident view's charts and the alerts over days read these columns; unknown stays None."""
+    from datetime import datetime, timezone as tz
+
+    from controlplane.choices import Channel
+    from scaling.choices import FallbackPhase
+    from scaling.engine.signals import PoolSignals, Reading
+    from scaling.models import FallbackActivation
+
+    now = datetime(2026, 11, 30, 11, 40, tzinfo=tz.utc)
+    pool = Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules").get(pk=pool.pk)
+    fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731
+    signals = PoolSignals(pool=pool.name, queue_depth=fresh(3), request_rate_rps=fresh(4.0), ready_replicas=fresh(2),
+                          desired_replicas=fresh(2), arriving_replicas=fresh(0), ttft_p95_s=fresh(0.4),
+                          ttft_p99_s=fresh(0.9), e2e_p95_s=fresh(3.0), e2e_p99_s=Reading(5.0, 120.0),  # stale
+                          error_rate=fresh(0.02), kv_cache_usage=fresh(0.81), prefix_cache_hit_rate=fresh(0.35),
+                          waiting_per_ready_replica=(fresh(1), fresh(2)))
+    loop.tick_pool(pool, signals, now)
+    sample = SignalSample.objects.get(pool=pool, at=now)
+    assert (sample.ttft_p99_s, sample.e2e_p99_s, sample.error_rate, sample.kv_cache_usage,
+            sample.prefix_cache_hit_rate, sample.fallback_share) == (0.9, None, 0.02, 0.81, 0.35, 0.0)
+    assert (sample.request_rate_rps, sample.queue_depth, sample.ttft_p95_s, sample.e2e_p95_s) == (4.0, 3.0, 0.4, 3.0)
+
+    fallback = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
+                                   deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
+    FallbackActivation.objects.create(pool=pool, fallback_pool=fallback, route_namespace="inference", route_name="chat",
+                                      primary_backend="vllm-chat-8b", fallback_backend="vllm-chat-1b",
+                                      phase=FallbackPhase.ACTIVE, trigger="auto", share=0.5, target_percent=40,
+                                      route_percent=30, created_channel=Channel.AUTO)
+    later = now.replace(minute=41)
+    loop.tick_pool(pool, signals, later)
+    assert SignalSample.objects.get(pool=pool, at=later).fallback_share == 0.3  # what the route holds, read back
