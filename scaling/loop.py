@@ -32,7 +32,7 @@ from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
-from scaling import services, traffic
+from scaling import forecast_store, services, traffic
 from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
@@ -202,9 +202,9 @@ class DatabaseHistory:
 def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime
               ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
     """The decide step's forecasts from the stored history (refreshing the cached 30-minute one)."""
-    state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+    state = decide.decide_state_from(memory.state, forecast_store.unpack(memory.seasonal_forecast))
     lead, peak, recent, state = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan, state)
-    memory.seasonal_forecast = decide.forecast_dict(state)
+    memory.seasonal_forecast = forecast_store.pack(decide.forecast_dict(state))
     return lead, peak, recent
 
 
@@ -331,12 +331,12 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
     plan = pool_plan(pool)
     with transaction.atomic():
         memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
-        state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+        state = decide.decide_state_from(memory.state, forecast_store.unpack(memory.seasonal_forecast))
         step = decide.decide(now.timestamp(), signals, plan, state, DatabaseHistory(pool, now),
                              schedule_windows(pool, plan, now))
         decision = step.decision
         memory.state = step.state.planner.to_dict()
-        memory.seasonal_forecast = decide.forecast_dict(step.state)
+        memory.seasonal_forecast = forecast_store.pack(decide.forecast_dict(step.state))
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None
