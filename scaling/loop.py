@@ -50,7 +50,7 @@ FORECAST_BIN_S = decide.FORECAST_BIN_S
 RECENT_HISTORY = timedelta(seconds=decide.RECENT_HISTORY_S)
 SEASONAL_BIN_S = decide.SEASONAL_BIN_S
 SEASONAL_HISTORY = timedelta(seconds=decide.SEASONAL_HISTORY_S)
-SAMPLE_RETENTION = timedelta(days=9)
+SAMPLE_PRUNE_BATCH = 10_000  # rows a tick deletes at most: a backlog (a shortened retention) drains over ticks
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
 
@@ -357,6 +357,14 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
     return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
 
 
+def prune_samples(now: datetime, batch: int = SAMPLE_PRUNE_BATCH) -> int:
+    """Delete samples older than SIGNAL_SAMPLE_RETENTION_DAYS, at most `batch` of them (oldest first), so a
+    tick stays short whatever the backlog; 1,000 pools add about 1,000 rows a tick."""
+    cutoff = now - timedelta(days=settings.SIGNAL_SAMPLE_RETENTION_DAYS)
+    oldest = SignalSample.objects.filter(at__lt=cutoff).order_by("at").values_list("pk", flat=True)[:batch]
+    return SignalSample.objects.filter(pk__in=list(oldest)).delete()[0]
+
+
 def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -433,6 +441,6 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: s
         logger.exception("evaluating alerts failed")
         errors["alerts"] = f"{type(exc).__name__}: {exc}"
     expired = services.expire_due(now)
-    SignalSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
+    prune_samples(now)
     metrics.record_tick(started, time.time(), [report.decided for report in reports])
     return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired, skipped=skipped)
