@@ -235,6 +235,7 @@ SPECTACULAR_SETTINGS = {
         "IncidentStateEnum": "incidents.choices.IncidentState",
         "NotificationStateEnum": "incidents.choices.NotificationState",
         "ProposalStateEnum": "scaling.choices.ProposalState",
+        "ProposalKindEnum": "scaling.choices.ProposalKind",
         "BreakerStateEnum": "scaling.choices.BreakerState",
         "ReportStateEnum": "scaling.choices.ReportState",
         "PlaybookRunStepStateEnum": "incidents.choices.RunStepState",
