@@ -235,6 +235,7 @@ SPECTACULAR_SETTINGS = {
         "IncidentStateEnum": "incidents.choices.IncidentState",
         "NotificationStateEnum": "incidents.choices.NotificationState",
         "ProposalStateEnum": "scaling.choices.ProposalState",
+        "ProposalKindEnum": "scaling.choices.ProposalKind",
         "BreakerStateEnum": "scaling.choices.BreakerState",
         "ReportStateEnum": "scaling.choices.ReportState",
         "PlaybookRunStepStateEnum": "incidents.choices.RunStepState",
@@ -284,6 +285,9 @@ WARM_POOL_REPORT_FLAG_ABOVE_PCT = env_int("WARM_POOL_REPORT_FLAG_ABOVE_PCT", 25,
 EXECUTION_MAX_ATTEMPTS = env_int("EXECUTION_MAX_ATTEMPTS", 8, minimum=1)
 # One tick per cluster at a time: a worker holds the cluster's tick lease this long at most.
 TICK_LEASE_S = env_int("TICK_LEASE_S", 60, minimum=15)
+# Per-tick samples (SignalSample) older than this are deleted by the tick. At least 8 days: a forecaster
+# rebuilt from the history (a new pool, a changed cold start) reads 8 days for its daily and weekly seasons.
+SIGNAL_SAMPLE_RETENTION_DAYS = env_int("SIGNAL_SAMPLE_RETENTION_DAYS", 9, minimum=8)
 # Where the files named by a cluster's credentials_ref (token:NAME, kubeconfig:NAME) are mounted.
 KUBE_CREDENTIALS_DIR = env_str("KUBE_CREDENTIALS_DIR", "/var/run/headroom/credentials")
 SLACK_ENABLED = env_bool("SLACK_ENABLED", False)

@@ -98,13 +98,21 @@ def _visible_pools(request: HttpRequest):  # noqa: ANN202
     return permissions.scoped(pools, request.user)
 
 
+FLEET_PAGE_SIZE = 50  # pools a fleet page shows (and its htmx refresh re-renders every 15 s)
+# The fleet never reads the planner's forecaster state (tens of KB a pool) nor what it last read.
+FLEET_DEFERRED = ("planner__state", "planner__seasonal_forecast", "planner__last_signals")
+
+
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
-    """Every pool the user can see. The table is a fragment that htmx refreshes in place."""
-    pools = list(_visible_pools(request))
+    """Every pool the user can see, a page at a time. The table is a fragment that htmx refreshes in place."""
+    pools = _visible_pools(request).defer(*FLEET_DEFERRED)
     # Pools Headroom has never read from their cluster are inventory only: listed apart, said plainly.
-    context = {"pools": [pool for pool in pools if hasattr(pool, "status")],
-               "inventory": [pool for pool in pools if not hasattr(pool, "status")]}
+    read = Paginator(pools.filter(status__isnull=False), FLEET_PAGE_SIZE).get_page(request.GET.get("page"))
+    inventory = Paginator(pools.filter(status__isnull=True), FLEET_PAGE_SIZE) \
+        .get_page(request.GET.get("inventory_page"))
+    context = {"pools": read, "inventory": inventory,
+               "refresh_query": f"?page={read.number}&inventory_page={inventory.number}"}
     template = "controlplane/_fleet_table.html" if request.htmx else "controlplane/fleet.html"
     return render(request, template, context)
 

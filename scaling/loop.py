@@ -33,7 +33,7 @@ from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
 from incidents.models import HourlyRollup
-from scaling import services, traffic
+from scaling import forecast_store, services, traffic
 from scaling.choices import ACTIVE_STATES, FALLBACK_OPEN_PHASES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
@@ -51,7 +51,7 @@ FORECAST_BIN_S = decide.FORECAST_BIN_S
 RECENT_HISTORY = timedelta(seconds=decide.RECENT_HISTORY_S)
 SEASONAL_BIN_S = decide.SEASONAL_BIN_S
 SEASONAL_HISTORY = timedelta(seconds=decide.SEASONAL_HISTORY_S)
-SAMPLE_RETENTION = timedelta(days=9)
+SAMPLE_PRUNE_BATCH = 10_000  # rows a tick deletes at most: a backlog (a shortened retention) drains over ticks
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
 
@@ -206,9 +206,9 @@ class DatabaseHistory:
 def forecasts(pool: Pool, plan: PoolPlan, memory: PlannerMemory, now: datetime
               ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray]:
     """The decide step's forecasts from the stored history (refreshing the cached 30-minute one)."""
-    state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+    state = decide.decide_state_from(memory.state, forecast_store.unpack(memory.seasonal_forecast))
     lead, peak, recent, state = decide.forecasts(DatabaseHistory(pool, now), plan, now.timestamp(), math.nan, state)
-    memory.seasonal_forecast = decide.forecast_dict(state)
+    memory.seasonal_forecast = forecast_store.pack(decide.forecast_dict(state))
     return lead, peak, recent
 
 
@@ -348,12 +348,12 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
     plan = pool_plan(pool)
     with transaction.atomic():
         memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
-        state = decide.decide_state_from(memory.state, memory.seasonal_forecast)
+        state = decide.decide_state_from(memory.state, forecast_store.unpack(memory.seasonal_forecast))
         step = decide.decide(now.timestamp(), signals, plan, state, DatabaseHistory(pool, now),
                              schedule_windows(pool, plan, now))
         decision = step.decision
         memory.state = step.state.planner.to_dict()
-        memory.seasonal_forecast = decide.forecast_dict(step.state)
+        memory.seasonal_forecast = forecast_store.pack(decide.forecast_dict(step.state))
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None
@@ -370,6 +370,14 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
                          decision.capacity_per_replica_rps, decision.ready_replicas or 0, decision.target_replicas or 0)
     did = act(pool, decision, evidence, read, now)
     return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
+
+
+def prune_samples(now: datetime, batch: int = SAMPLE_PRUNE_BATCH) -> int:
+    """Delete samples older than SIGNAL_SAMPLE_RETENTION_DAYS, at most `batch` of them (oldest first), so a
+    tick stays short whatever the backlog; 1,000 pools add about 1,000 rows a tick."""
+    cutoff = now - timedelta(days=settings.SIGNAL_SAMPLE_RETENTION_DAYS)
+    oldest = SignalSample.objects.filter(at__lt=cutoff).order_by("at").values_list("pk", flat=True)[:batch]
+    return SignalSample.objects.filter(pk__in=list(oldest)).delete()[0]
 
 
 def _holder() -> str:
@@ -448,6 +456,6 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: s
         logger.exception("evaluating alerts failed")
         errors["alerts"] = f"{type(exc).__name__}: {exc}"
     expired = services.expire_due(now)
-    SignalSample.objects.filter(at__lt=now - SAMPLE_RETENTION).delete()
+    prune_samples(now)
     metrics.record_tick(started, time.time(), [report.decided for report in reports])
     return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired, skipped=skipped)

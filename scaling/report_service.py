@@ -35,7 +35,7 @@ from scaling.sim.workload import Workload
 if TYPE_CHECKING:
     from incidents.models import Incident
 
-MAX_DAYS = 9.0  # stored samples are kept 9 days (scaling/loop.py SAMPLE_RETENTION)
+MAX_DAYS = 9.0  # stored samples are kept SIGNAL_SAMPLE_RETENTION_DAYS (9 by default; scaling/loop.py prune_samples)
 MIN_DAYS = 0.01  # about a quarter of an hour
 MAX_TRACE_BYTES = 50 * 1024 * 1024
 RUN_LEASE = timedelta(minutes=30)  # a worker that died mid-report frees it after this

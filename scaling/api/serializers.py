@@ -50,6 +50,18 @@ class ProposalSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ProposalListSerializer(ProposalSerializer):
+    """A proposal in a list: what it changes, why in a sentence, and where it stands. Its signal snapshot,
+    evidence series and events come with the proposal itself (`GET proposals/{id}/`), so a page of 50 stays
+    small whatever each one's history."""
+
+    events = None  # removes the parent's declared field
+
+    class Meta(ProposalSerializer.Meta):
+        fields = [name for name in ProposalSerializer.Meta.fields if name not in ("signals", "evidence", "events")]
+        read_only_fields = fields
+
+
 class ProposalCreateSerializer(ScopedModelSerializer):
     """A person's proposal: "scale pool X to N", with an optional reason and idempotency key."""
 

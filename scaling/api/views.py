@@ -37,7 +37,15 @@ class ProposalViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMod
                     "execute": Role.OPERATOR, "bulk": Role.OPERATOR}
 
     def get_serializer_class(self):  # noqa: ANN201
+        if self.action == "list":
+            return serializers.ProposalListSerializer
         return serializers.ProposalCreateSerializer if self.action == "create" else super().get_serializer_class()
+
+    def get_queryset(self):  # noqa: ANN201
+        queryset = super().get_queryset()
+        if self.action == "list":  # the list leaves out the JSON snapshots and the events: never read them
+            queryset = queryset.defer("signals", "evidence").prefetch_related(None)
+        return queryset
 
     @extend_schema(request=serializers.ProposalCreateSerializer, responses={201: serializers.ProposalSerializer})
     def create(self, request, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201

@@ -1,12 +1,15 @@
-"""`{% pool_now pool as now %}`: the pool's "now" at a glance (scaling.glance) for the fleet and pool pages.
+"""`{% pools_now pools %}` and `{% pool_now pool as now %}`: each pool's "now" at a glance (scaling.glance)
+for the fleet and pool pages.
 
-A tag, so the core's pages show the scaling app's state without the core importing it; two queries a
-pool (its last 7 minutes of samples, its oldest pending proposal).
+Tags, so the core's pages show the scaling app's state without the core importing it. A page of pools costs
+two queries whatever its length (their last 7 minutes of samples, their pending proposals), and both read
+narrow columns only: never a proposal's JSON (signals, evidence) nor a planner's forecaster state.
 """
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django import template
 from django.utils import timezone
@@ -15,34 +18,35 @@ from controlplane.choices import SloIndicator
 from controlplane.models import Pool
 from scaling import explain, glance
 from scaling.choices import ProposalState
+from scaling.models import Proposal, SignalSample
 
 register = template.Library()
 
+SAMPLE_FIELDS = ("pool_id", "at", "ttft_p95_s", "e2e_p95_s", "queue_depth", "ready_replicas")
+# What `explain.why_for` and the waiting line read of a pending proposal (no JSON column).
+PENDING_FIELDS = ("id", "pool_id", "kind", "created_at", "current_replicas", "target_replicas", "requested_by_id",
+                  "requested_by__username")
 
-@register.simple_tag
-def pool_now(pool: Pool) -> glance.PoolNow:
-    now = timezone.now()
+
+def _value(sample: SignalSample | None, name: str) -> float | None:
+    return getattr(sample, name) if sample is not None else None
+
+
+def _pool_glance(pool: Pool, samples: list[SignalSample], oldest: Proposal | None, now: datetime) -> glance.PoolNow:
     window = timedelta(seconds=glance.TREND_WINDOW_S)
-    samples = list(pool.samples.filter(at__gte=now - window - timedelta(minutes=2)).order_by("at"))
     latest = samples[-1] if samples else None
     before = next((s for s in reversed(samples) if s.at <= now - window), None)
     slo_s = {slo.indicator: slo.threshold / 1000.0 for slo in pool.slos.all()}
     status = getattr(pool, "status", None)
     planner = getattr(pool, "planner", None)
     decision = (planner.last_decision if planner else None) or {}
-
-    def value(sample, name: str) -> float | None:  # noqa: ANN001
-        return getattr(sample, name) if sample is not None else None
-
-    readings = [glance.latency_reading("TTFT p95", value(latest, "ttft_p95_s"), value(before, "ttft_p95_s"),
+    readings = [glance.latency_reading("TTFT p95", _value(latest, "ttft_p95_s"), _value(before, "ttft_p95_s"),
                                        slo_s.get(SloIndicator.TTFT_P95))]
     if SloIndicator.E2E_P95 in slo_s:
-        readings.append(glance.latency_reading("e2e p95", value(latest, "e2e_p95_s"), value(before, "e2e_p95_s"),
+        readings.append(glance.latency_reading("e2e p95", _value(latest, "e2e_p95_s"), _value(before, "e2e_p95_s"),
                                                slo_s[SloIndicator.E2E_P95]))
-    readings.append(glance.queue_reading(value(latest, "queue_depth"), value(before, "queue_depth"),
-                                         value(latest, "ready_replicas"), pool.target_queue_per_replica))
-    oldest = pool.proposals.filter(state=ProposalState.PENDING).select_related("requested_by") \
-        .order_by("created_at").first()
+    readings.append(glance.queue_reading(_value(latest, "queue_depth"), _value(before, "queue_depth"),
+                                         _value(latest, "ready_replicas"), pool.target_queue_per_replica))
     # The planner holds while its signals are unknown (stored as null when unknown since it started).
     unknown_s = (decision.get("signals_unknown_for_s") or math.inf) if decision.get("hold") else None
     freshness, fresh = glance.freshness(status.observed_at if status else None, now,
@@ -50,7 +54,41 @@ def pool_now(pool: Pool) -> glance.PoolNow:
     return glance.PoolNow(
         readings=tuple(readings),
         at_ceiling=glance.ceiling(status.desired_replicas if status else None, pool.max_replicas),
-        waiting=glance.waiting(oldest.created_at if oldest else None, now,
-                               explain.why_for(oldest) if oldest else ""),
+        waiting=glance.waiting(oldest.created_at if oldest else None, now, explain.why_for(oldest) if oldest else ""),
         freshness=freshness, fresh=fresh,
     )
+
+
+def glance_for(pools: Iterable[Pool], now: datetime | None = None) -> dict[int, glance.PoolNow]:
+    """Each pool's glance, by pool id: two queries for all of them."""
+    pools = list(pools)
+    now = now or timezone.now()
+    by_id = {pool.pk: pool for pool in pools}
+    since = now - timedelta(seconds=glance.TREND_WINDOW_S) - timedelta(minutes=2)
+    samples: dict[int, list[SignalSample]] = {pk: [] for pk in by_id}
+    for sample in SignalSample.objects.filter(pool_id__in=by_id, at__gte=since).order_by("pool_id", "at") \
+            .only(*SAMPLE_FIELDS):
+        samples[sample.pool_id].append(sample)
+    oldest: dict[int, Proposal] = {}
+    # At most two pending proposals a pool (a reactive and a pre-scale: the database's rule).
+    for proposal in Proposal.objects.filter(pool_id__in=by_id, state=ProposalState.PENDING) \
+            .select_related("requested_by").only(*PENDING_FIELDS).order_by("created_at", "id"):
+        if proposal.pool_id not in oldest:
+            proposal.pool = by_id[proposal.pool_id]  # why_for reads its policy and team: already loaded
+            oldest[proposal.pool_id] = proposal
+    return {pk: _pool_glance(pool, samples[pk], oldest.get(pk), now) for pk, pool in by_id.items()}
+
+
+@register.simple_tag
+def pools_now(*groups: Iterable[Pool]) -> str:
+    """Attach `now` (a glance.PoolNow) to every pool of the given lists, in two queries for them all."""
+    pools = [pool for group in groups for pool in group]
+    found = glance_for(pools)
+    for pool in pools:
+        pool.now = found[pool.pk]
+    return ""
+
+
+@register.simple_tag
+def pool_now(pool: Pool) -> glance.PoolNow:
+    return glance_for([pool])[pool.pk]

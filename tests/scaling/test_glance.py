@@ -106,20 +106,51 @@ def test_the_fleet_fragment_holds_both_groups(alice: User, pool: Pool) -> None:
     assert body.lstrip().startswith('<div id="fleet-table"') and "<html" not in body and "Inventory only" in body
 
 
-def test_each_pool_costs_the_fleet_page_two_queries(pool: Pool, alice: User) -> None:
+def _read_pool(pool: Pool, name: str) -> Pool:
+    extra = Pool.objects.create(cluster=pool.cluster, team=pool.team, name=name, namespace="inference",
+                                deployment=f"vllm-{name}", model_name=name, gpu_type="L4", max_replicas=2)
+    services.record_status(extra, desired=1, ready=1, now=timezone.now())
+    return extra
+
+
+def test_the_fleet_page_costs_the_same_queries_whatever_its_pools(pool: Pool, alice: User) -> None:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     client = _login(alice)
+    services.record_status(pool, desired=2, ready=2, now=timezone.now())
 
-    def queries() -> int:
+    def queries() -> list[str]:
         with CaptureQueriesContext(connection) as captured:
             assert client.get("/", HTTP_HX_REQUEST="true").status_code == 200
-        return len(captured.captured_queries)
+        return [query["sql"] for query in captured.captured_queries]
 
     one = queries()
+    for name in ("embed", "rerank-2", "code-7b"):
+        extra = _read_pool(pool, name)
+        SignalSample.objects.create(pool=extra, at=timezone.now(), ttft_p95_s=0.3, queue_depth=1, ready_replicas=1)
+        services.propose(extra, 2, ProposalKind.MANUAL, core.Actor(alice, Channel.API), current=1)
+    many = queries()
+    assert len(many) == len(one)
+    # Never the proposals' JSON snapshots nor the planner's forecaster state (tens of KB a pool).
+    reads = " ".join(many)
+    assert '"signals"' not in reads and '"evidence"' not in reads and '"seasonal_forecast"' not in reads
+
+
+def test_the_fleet_is_paged_and_its_refresh_keeps_the_page(pool: Pool, alice: User, monkeypatch) -> None:  # noqa: ANN001
+    from controlplane import views
+
+    monkeypatch.setattr(views, "FLEET_PAGE_SIZE", 2)
+    services.record_status(pool, desired=2, ready=2, now=timezone.now())
     for name in ("embed", "rerank-2"):
-        extra = Pool.objects.create(cluster=pool.cluster, team=pool.team, name=name, namespace="inference",
-                                    deployment=f"vllm-{name}", model_name=name, gpu_type="L4", max_replicas=2)
-        services.record_status(extra, desired=1, ready=1, now=timezone.now())
-    assert queries() - one == 2 * 2  # its samples and its oldest pending proposal
+        _read_pool(pool, name)
+    client = _login(alice)
+    first = client.get("/").content.decode()
+    assert "pools 1–2 of 3" in first and 'href="?page=2&amp;inventory_page=1"' in first
+    second = client.get("/?page=2", HTTP_HX_REQUEST="true").content.decode()
+    assert "rerank-2" in second and "chat-8b" not in second and "embed" not in second
+    # The every-15-s refresh asks for the page it shows.
+    assert re.search(r'hx-get="/\?page=2&amp;inventory_page=1"', second)
+    # A page past the end shows the last one; a word shows the first (no 404, no 500).
+    assert "rerank-2" in client.get("/?page=99").content.decode()
+    assert "chat-8b" in client.get("/?page=abc").content.decode()
