@@ -62,10 +62,15 @@ def retire_previous() -> str:
     return f"removed the previous sandbox and its {len(pools)} pool(s) with their proposals, incidents and history"
 
 
-# The fallback policy the sandbox registers for each primary pool when it has a fallback pool, in
-# scenario seconds (the engine's defaults; registration divides them by the speed, as the loop runs on
-# the wall clock).
-FALLBACK_POLICY_S = {"entry_after_s": 15.0, "exit_after_s": 180.0, "return_step_hold_s": 60.0}
+# The fallback policy the sandbox registers for each primary pool when it has a warm fallback pool, in
+# scenario seconds (registration divides them by the speed: the loop runs on the wall clock):
+# - entry on the first tick that sees the overload (the engine's default waits one more tick, 15 s, while
+#   a surge queues on the primary: every request queued there misses a 1 s TTFT);
+# - the return after a minute of calm, each step held 30 s, so a finite scenario shows it;
+# - at most 90 % diverted: the primary keeps a share, so its latency stays measured and it can be calm
+#   (the engine returns only on a known latency below the exit threshold).
+FALLBACK_POLICY_S = {"entry_after_s": 0.0, "exit_after_s": 60.0, "return_step_hold_s": 30.0}
+FALLBACK_MAX_SHARE = 0.9
 
 
 def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
@@ -137,5 +142,5 @@ def _register_fallback(actor: Any, sandbox: Sandbox, cluster: Any) -> None:
         pool = services.upsert_with_audit(actor, Pool, {"cluster": cluster, "name": spec.name},
                                           {"fallback_pool": fallback})
         services.upsert_with_audit(actor, FallbackPolicy, {"pool": pool}, {
-            "enabled": True, "requires_approval": False,
+            "enabled": True, "requires_approval": False, "max_share": FALLBACK_MAX_SHARE,
             **{name: seconds / speed for name, seconds in FALLBACK_POLICY_S.items()}})

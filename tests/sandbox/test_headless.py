@@ -70,7 +70,8 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
     assert fallback["warm_replicas"] >= 1 and fallback["max_ready_replicas"] >= fallback["warm_replicas"]
     assert 0.0 <= report["fallback_share"] <= 1.0
     assert fallback["requests"] == round(report["fallback_share"] * report["requests"]["sent"])
-    assert fallback["policy"]["entry_after_s"] == 15.0  # scenario seconds, registered as 15 / 8 wall seconds
+    assert fallback["policy"] == {"entry_after_s": 0.0, "exit_after_s": 60.0, "return_step_hold_s": 30.0,
+                                  "max_share": 0.9}  # scenario seconds, registered as wall seconds (/ 8)
     assert fallback["gpu_hours"] > 0 and report["gpu_hours"] > fallback["gpu_hours"]
     for activation in fallback["activations"]:
         assert activation["entered_s"] is not None
@@ -135,7 +136,7 @@ def test_a_fallback_pool_is_registered_warm_at_weight_0_and_adds_no_traffic() ->
     assert pools[primary.name].fallback_pool == pools[fallback.name]
     assert pools[fallback.name].min_replicas == 2 and pools[fallback.name].fallback_pool is None
     policy = FallbackPolicy.objects.get(pool=pools[primary.name])
-    assert policy.enabled and not policy.requires_approval and policy.entry_after_s == 15.0 / 4
+    assert policy.enabled and not policy.requires_approval and policy.exit_after_s == 60.0 / 4
     assert not FallbackPolicy.objects.filter(pool=pools[fallback.name]).exists()
     # Weight 0: the gateway sends the fallback nothing, and each answer names the pool that gave it.
     assert [(record.outcome, record.pool) for record in records] == [("200", primary.name)] * 4
