@@ -6,6 +6,14 @@ seconds, and clients streaming real HTTP requests through the route gateway. Pro
 does not approve are approved by a simulated on-call `auto_approve_after_s` scenario seconds after
 they were proposed. Latency comes from the clients' own records; times are scenario (model) seconds.
 
+With the fallback (the default; `--no-fallback` leaves it out) the Headroom run has a second pool on
+the same route: a smaller model (`llama-3.2-1b-l4`) at weight 0, warm from the start with enough Ready
+replicas to take the surge's overflow, and a FallbackPolicy on the primary. `fallbacks.advance()` runs
+after each loop tick (as the beat's `advance-fallbacks` does), so the overflow goes to the fallback while
+the primary's new replicas start, and comes back once they serve it. The scenario's traffic is the
+primary's alone: the fallback pool adds none. `fallback_share` is the share of the requests the fallback
+answered (the gateway's `x-sandbox-pool` on each answer); those requests count against the same TTFT SLO.
+
 The baseline is the same scenario in a second, fresh sandbox (same traffic seed, same cold start,
 one Ready replica at the start) scaled by KEDA as its users configure it for vLLM: the simulator's
 `keda-queue` policy fed from the sandbox's Prometheus and writing the Deployment's `/scale`. Both runs
@@ -14,7 +22,9 @@ simulator under both policies, to show how far the simulator agrees with the emu
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -33,9 +43,10 @@ from scaling.sim.runner import simulate
 from scaling.sim.workload import Trace
 
 from sandbox.prometheus import PrometheusError
-from sandbox.registration import CLUSTER_NAME
-from sandbox.runtime import CLIENT_TIMEOUT_S, Sandbox, SandboxConfig
-from sandbox.scenarios import SURGE_END_S, SURGE_START_S, scenario_trace
+from sandbox.registration import CLUSTER_NAME, replica_capacity_rps
+from sandbox.runtime import CLIENT_TIMEOUT_S, Sandbox, SandboxConfig, pool_specs
+from sandbox import scenarios
+from sandbox.scenarios import SURGE_END_S, SURGE_FACTOR, SURGE_START_S, scenario_trace
 from sandbox.traffic import ClientOptions, RequestRecord
 
 HEADLESS_SCENARIOS = ("surge-10x",)  # finite scenarios: a headless run needs an end
@@ -54,15 +65,33 @@ class HeadlessOptions:
     auto_approve_after_s: float = 60.0  # scenario seconds a proposal waits before the on-call approves it
     cold_start_s: float | None = None  # model seconds; None: the profile's p50
     team_slug: str = "ml-platform"
+    fallback: bool = True  # the Headroom run has a warm fallback pool and a fallback policy
+
+
+# The engine keeps the primary, and the fallback, at this share of their ready capacity (FallbackPolicy).
+FALLBACK_TARGET_UTILISATION = 0.85
+BUCKET_S = 15.0  # scenario seconds per bucket of the misses' timeline
+
+
+def fallback_replicas(config: SandboxConfig) -> int:
+    """Ready fallback replicas that take the surge's overflow on their own while the primary's replicas start:
+    the surge's rate less what the primary's starting replicas serve, plus the primary's backlog drained
+    alongside (one replica's worth), at the engine's target utilisation of each fallback replica."""
+    primary = pool_specs(dataclasses.replace(config, fallback_replicas=0))
+    fallback = pool_specs(dataclasses.replace(config, fallback_replicas=1))[-1]
+    surge_rps = scenarios.BASE_RPS_PER_POOL * SURGE_FACTOR * len(primary)
+    primary_rps = sum(spec.replicas * replica_capacity_rps(spec.profile) for spec in primary)
+    per_replica = replica_capacity_rps(fallback.profile) * FALLBACK_TARGET_UTILISATION
+    overflow = max(0.0, surge_rps - primary_rps * FALLBACK_TARGET_UTILISATION)
+    return math.ceil(overflow / per_replica) + 1
 
 
 @dataclass
 class ReplicaLog:
-    """Pods and Ready pods over the run, integrated in scenario seconds."""
+    """Pods and Ready pods of each pool over the run, pods integrated in scenario seconds."""
 
-    pod_seconds: float = 0.0
-    max_ready: int = 0
-    ready_at: list[tuple[float, int]] = field(default_factory=list)
+    pod_seconds: dict[str, float] = field(default_factory=dict)
+    max_ready: dict[str, int] = field(default_factory=dict)
 
 
 class _Clock:
@@ -85,7 +114,8 @@ class SandboxRun:
     clock: _Clock
     records: list[RequestRecord]
     replicas: ReplicaLog
-    spec: Any
+    spec: Any  # the primary pool's
+    fallback_spec: Any = None
 
 
 Controller = Callable[[threading.Event, _Clock, Sandbox], None]
@@ -107,15 +137,15 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
         progress(register(sandbox, team_slug=options.team_slug))
         _loop(stop, clock, options, on_call, approved_by_on_call, progress)
 
-    ours = _run_in_sandbox(options, "headroom", headroom, progress)
+    warm = fallback_replicas(_sandbox_config(options, 0)) if options.fallback else 0
+    ours = _run_in_sandbox(options, "headroom", headroom, progress, fallback_replicas=warm)
     report = {
         "scenario": options.scenario,
         "speed": options.speed,
         "auto_approve_after_s": options.auto_approve_after_s,
         **_scores(ours, options.speed),
         "proposals": _proposals(ours.clock, approved_by_on_call),
-        "fallback_share": None,
-        "fallback": "not configured",
+        **_fallback(ours, warm),
         **_incidents_and_alerts(ours.clock),
     }
     keda = KedaController(options.speed, ours.spec)
@@ -126,12 +156,18 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
     return report
 
 
-def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controller, progress: Progress) -> SandboxRun:
+def _sandbox_config(options: HeadlessOptions, fallback_replicas: int) -> SandboxConfig:
+    return SandboxConfig(pools=1, scenario=options.scenario, speed=options.speed, cold_start_s=options.cold_start_s,
+                         prometheus=True, scrape_interval_s=max(0.5, 5.0 / options.speed), stream=True,
+                         traffic_after_ready=True, fallback_replicas=fallback_replicas)
+
+
+def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controller, progress: Progress,
+                    fallback_replicas: int = 0) -> SandboxRun:
     """Start a fresh sandbox, let `controller` scale it while the scenario plays, stop it."""
-    config = SandboxConfig(pools=1, scenario=options.scenario, speed=options.speed, cold_start_s=options.cold_start_s,
-                           prometheus=True, scrape_interval_s=max(0.5, 5.0 / options.speed), stream=True,
-                           traffic_after_ready=True)
-    progress(f"[{policy}] starting the sandbox ({options.scenario} at {options.speed:g}x)")
+    config = _sandbox_config(options, fallback_replicas)
+    with_fallback = f", {fallback_replicas} warm fallback replicas" if fallback_replicas else ""
+    progress(f"[{policy}] starting the sandbox ({options.scenario} at {options.speed:g}x{with_fallback})")
     sandbox = Sandbox(config).start()
     clock = _Clock(options.speed)
     stop = threading.Event()
@@ -152,13 +188,61 @@ def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controlle
     finally:
         stop.set()
         sandbox.stop()
-    return SandboxRun(clock, records, replicas, sandbox.specs[0])
+    return SandboxRun(clock, records, replicas, sandbox.primary_specs[0], sandbox.fallback_spec)
+
+
+def _gpu_hours(run: SandboxRun, spec: Any) -> float:
+    return run.replicas.pod_seconds.get(spec.name, 0.0) / 3600 * spec.profile.gpus_per_replica
 
 
 def _scores(run: SandboxRun, speed: float) -> dict[str, Any]:
-    gpu_hours = run.replicas.pod_seconds / 3600 * run.spec.profile.gpus_per_replica
-    return {**_latency(run.records, speed, SLO_TTFT_S), "max_ready_replicas": run.replicas.max_ready,
-            "gpu_hours": round(gpu_hours, 4), "cost_usd": round(gpu_hours * run.spec.profile.gpu_hour_usd, 2)}
+    """Latency of every request (whichever pool answered it); GPU hours and cost of every pool, the warm
+    fallback's included; the primary's Ready peak."""
+    specs = [run.spec] + ([run.fallback_spec] if run.fallback_spec is not None else [])
+    gpu_hours = sum(_gpu_hours(run, spec) for spec in specs)
+    cost = sum(_gpu_hours(run, spec) * spec.profile.gpu_hour_usd for spec in specs)
+    return {**_latency(run.records, speed, SLO_TTFT_S), "max_ready_replicas": run.replicas.max_ready.get(run.spec.name, 0),
+            "gpu_hours": round(gpu_hours, 4), "cost_usd": round(cost, 2)}
+
+
+def _fallback(run: SandboxRun, warm: int) -> dict[str, Any]:
+    """`fallback_share` (of the requests sent, answered by the fallback pool) and what the fallback did."""
+    spec = run.fallback_spec
+    if spec is None:
+        return {"fallback_share": None, "fallback": "not configured (--no-fallback)"}
+    from scaling.models import FallbackActivation, FallbackEvent, FallbackPolicy
+
+    served = [r for r in run.records if r.pool == spec.name]
+    met = sum(1 for r in served if r.ttft_s is not None and r.ttft_s * run.clock.speed <= SLO_TTFT_S)
+    policy = FallbackPolicy.objects.filter(pool__cluster__name=CLUSTER_NAME, pool__name=run.spec.name).first()
+    activations = FallbackActivation.objects.filter(pool__cluster__name=CLUSTER_NAME).order_by("started_at")
+    events = FallbackEvent.objects.filter(activation__pool__cluster__name=CLUSTER_NAME).order_by("at", "pk")
+    gpu_hours = _gpu_hours(run, spec)
+    return {
+        "fallback_share": round(len(served) / len(run.records), 4) if run.records else None,
+        "fallback": {
+            "pool": spec.name, "model": spec.served_model, "of": run.spec.name,
+            "warm_replicas": warm,
+            "warm_sized_from": (f"({scenarios.BASE_RPS_PER_POOL * SURGE_FACTOR:g} req/s surge - {run.spec.replicas} primary x "
+                                f"{replica_capacity_rps(run.spec.profile):g} req/s x {FALLBACK_TARGET_UTILISATION}) / "
+                                f"({replica_capacity_rps(spec.profile):g} req/s per fallback replica x "
+                                f"{FALLBACK_TARGET_UTILISATION}), rounded up, + 1 for the primary's backlog"),
+            "policy": ({"entry_after_s": round(policy.entry_after_s * run.clock.speed, 1),
+                        "exit_after_s": round(policy.exit_after_s * run.clock.speed, 1),
+                        "return_step_hold_s": round(policy.return_step_hold_s * run.clock.speed, 1),
+                        "max_share": policy.max_share} if policy else None),
+            "requests": len(served),
+            "slo_attainment": round(met / len(served), 4) if served else None,
+            "max_ready_replicas": run.replicas.max_ready.get(spec.name, 0),
+            "gpu_hours": round(gpu_hours, 4), "cost_usd": round(gpu_hours * spec.profile.gpu_hour_usd, 2),
+            "activations": [{"id": a.pk, "phase": a.phase, "entered_s": run.clock.of(a.started_at),
+                             "finished_s": run.clock.of(a.finished_at), "route_percent": a.route_percent}
+                            for a in activations],
+            "events": [{"at_s": run.clock.of(e.at), "kind": e.kind, "phase": e.to_phase, "share": round(e.share, 3),
+                        "target_percent": e.data.get("target_percent"), "comment": e.comment[:200]}
+                       for e in events],
+        },
+    }
 
 
 KEDA_HOW = ("the same sandbox, traffic (same seed) and cold start, scaled by KEDA as its users configure it for vLLM: "
@@ -218,9 +302,13 @@ def _wait_for_traffic(sandbox: Sandbox, clock: _Clock, prefix: str, progress: Pr
 
 def _loop(stop: threading.Event, clock: _Clock, options: HeadlessOptions, on_call: Any, approved: set[int],
           progress: Progress) -> None:
-    """The demo's in-process loop at scenario pace, plus the simulated on-call."""
+    """The demo's in-process loop at scenario pace, plus the simulated on-call; after each tick the
+    fallback decisions, as the beat's `advance-fallbacks` makes them (nothing without a fallback policy)."""
     from controlplane.models import Pool
-    from scaling import loop, tasks
+    from scaling import fallbacks, loop, tasks
+    from scaling.models import FallbackEvent
+
+    said_event = 0
 
     while not stop.wait(TICK_EVERY_S / options.speed):
         try:
@@ -232,6 +320,12 @@ def _loop(stop: threading.Event, clock: _Clock, options: HeadlessOptions, on_cal
             for pool in loop.tick(pools).pools:
                 for action in pool.did:
                     progress(f"t={clock.now_s():.0f} s  [loop] {pool.pool}: {action}")
+            fallbacks.advance()
+            for event in FallbackEvent.objects.filter(activation__pool__cluster__name=CLUSTER_NAME,
+                                                      pk__gt=said_event).order_by("pk"):
+                said_event = event.pk
+                progress(f"t={clock.now_s():.0f} s  [fallback] {event.kind} ({event.to_phase}, "
+                         f"share {event.share:.0%}): {event.comment[:160]}")
         except Exception as error:  # noqa: BLE001 - as in the demo: the next tick tries again
             progress(f"[loop] tick failed: {type(error).__name__}: {error}")
     close_old_connections()
@@ -265,13 +359,11 @@ def _count_replicas(stop: threading.Event, clock: _Clock, sandbox: Sandbox, log:
     last = time.monotonic()
     while not stop.wait(SAMPLE_EVERY_S):
         now = time.monotonic()
-        pods = ready = 0
         for spec in sandbox.specs:
             running = sandbox.cluster.replicas(spec.namespace, spec.name)
-            pods += len(running)
-            ready += sum(1 for replica in running if replica.ready)
-        log.pod_seconds += pods * (now - last) * clock.speed
-        log.max_ready = max(log.max_ready, ready)
+            ready = sum(1 for replica in running if replica.ready)
+            log.pod_seconds[spec.name] = log.pod_seconds.get(spec.name, 0.0) + len(running) * (now - last) * clock.speed
+            log.max_ready[spec.name] = max(log.max_ready.get(spec.name, 0), ready)
         last = now
 
 
@@ -293,6 +385,7 @@ def _latency(records: list[RequestRecord], speed: float, slo_ttft_s: float) -> d
 
     return {
         "requests": {"sent": len(records), "succeeded": len(served), "failed": len(records) - len(served)},
+        "misses_by_15s": _misses_by_bucket(records, speed, slo_ttft_s),
         # Every request counts: one that failed or timed out missed the SLO.
         "slo_attainment": round(met / len(records), 4) if records else None,
         "slo": {"indicator": "ttft", "threshold_ms": slo_ttft_s * 1000},
@@ -302,6 +395,20 @@ def _latency(records: list[RequestRecord], speed: float, slo_ttft_s: float) -> d
                    "surge": _percentiles_ms(series(in_surge, "e2e_s"))},
         "surge_window_s": [SURGE_START_S, SURGE_END_S],
     }
+
+
+def _misses_by_bucket(records: list[RequestRecord], speed: float, slo_ttft_s: float) -> list[dict[str, Any]]:
+    """Where the SLO misses are: per 15 scenario seconds of due time that missed any, the requests sent and
+    missed, and the misses by the pool that answered (`failed`: none did)."""
+    buckets: dict[int, dict[str, Any]] = {}
+    for record in records:
+        bucket = buckets.setdefault(int(record.t_s // BUCKET_S), {"sent": 0, "missed": 0, "by_pool": {}})
+        bucket["sent"] += 1
+        if record.ttft_s is None or record.ttft_s * speed > slo_ttft_s:
+            bucket["missed"] += 1
+            where = record.pool if record.ttft_s is not None and record.pool else "failed"
+            bucket["by_pool"][where] = bucket["by_pool"].get(where, 0) + 1
+    return [{"from_s": index * BUCKET_S, **bucket} for index, bucket in sorted(buckets.items()) if bucket["missed"]]
 
 
 def _proposals(clock: _Clock, approved_by_on_call: set[int]) -> list[dict[str, Any]]:

@@ -5,6 +5,8 @@ start), so the control loop manages the sandbox like a real cluster.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 
@@ -60,8 +62,21 @@ def retire_previous() -> str:
     return f"removed the previous sandbox and its {len(pools)} pool(s) with their proposals, incidents and history"
 
 
+# The fallback policy the sandbox registers for each primary pool when it has a warm fallback pool, in
+# scenario seconds (registration divides them by the speed: the loop runs on the wall clock):
+# - entry on the first tick that sees the overload (the engine's default waits one more tick, 15 s, while
+#   a surge queues on the primary: every request queued there misses a 1 s TTFT);
+# - the return after a minute of calm, each step held 30 s, so a finite scenario shows it;
+# - at most 90 % diverted: the primary keeps a share, so its latency stays measured and it can be calm
+#   (the engine returns only on a known latency below the exit threshold).
+FALLBACK_POLICY_S = {"entry_after_s": 0.0, "exit_after_s": 60.0, "return_step_hold_s": 30.0}
+FALLBACK_MAX_SHARE = 0.9
+
+
 def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
-    """Create or update the sandbox's Cluster, Pools and their TTFT SLOs (audited); returns a summary."""
+    """Create or update the sandbox's Cluster, Pools and their TTFT SLOs (audited); returns a summary.
+
+    With a fallback pool, each primary pool names it as its `fallback_pool` and gets a FallbackPolicy."""
     from controlplane import services
     from controlplane.choices import Channel, ScalingTarget, SloIndicator
     from controlplane.models import SLO, Cluster, Pool, Team
@@ -101,9 +116,31 @@ def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
                 })
                 services.upsert_with_audit(actor, SLO, {"pool": pool, "indicator": SloIndicator.TTFT_P95},
                                            {"threshold": 1000.0, "objective": 0.99})
+            if sandbox.fallback_spec is not None:
+                _register_fallback(actor, sandbox, cluster)
     except ValidationError as error:
         raise RegistrationError(f"the sandbox's records are invalid: {error.messages}") from None
     except DatabaseError as error:
         raise RegistrationError(f"could not write to the database ({error}); "
                                 "run `python manage.py migrate` first") from None
-    return f"registered cluster {CLUSTER_NAME!r} with pools {', '.join(s.name for s in sandbox.specs)}"
+    summary = f"registered cluster {CLUSTER_NAME!r} with pools {', '.join(s.name for s in sandbox.specs)}"
+    if sandbox.fallback_spec is not None:
+        summary += f" ({sandbox.fallback_spec.name} is the fallback of {', '.join(s.name for s in sandbox.primary_specs)})"
+    return summary
+
+
+def _register_fallback(actor: Any, sandbox: Sandbox, cluster: Any) -> None:
+    """Each primary pool falls back to the sandbox's fallback pool under the engine's default policy."""
+    from controlplane import services
+    from controlplane.models import Pool
+    from scaling.models import FallbackPolicy
+
+    assert sandbox.fallback_spec is not None
+    speed = sandbox.config.speed
+    fallback = Pool.objects.get(cluster=cluster, name=sandbox.fallback_spec.name)
+    for spec in sandbox.primary_specs:
+        pool = services.upsert_with_audit(actor, Pool, {"cluster": cluster, "name": spec.name},
+                                          {"fallback_pool": fallback})
+        services.upsert_with_audit(actor, FallbackPolicy, {"pool": pool}, {
+            "enabled": True, "requires_approval": False, "max_share": FALLBACK_MAX_SHARE,
+            **{name: seconds / speed for name, seconds in FALLBACK_POLICY_S.items()}})

@@ -47,6 +47,9 @@ class SandboxConfig:
     # Hold the traffic until the starting replicas are Ready, so a run starts from a serving pool
     # (as a replay does) rather than from a cold start answering 503.
     traffic_after_ready: bool = False
+    # A warm fallback pool (FALLBACK_PROFILE, a smaller model) with this many replicas, on the same route at
+    # weight 0: it takes only what a fallback policy diverts, and adds no traffic of its own (0: none).
+    fallback_replicas: int = 0
 
 
 CLIENT_TIMEOUT_S = 120.0  # model seconds a client waits for an answer
@@ -61,18 +64,32 @@ def _dns_label(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:50]
 
 
+FALLBACK_PROFILE = "llama-3.2-1b-l4"
+
+
+def _scaled(profile: PoolProfile, config: SandboxConfig) -> PoolProfile:
+    return dataclasses.replace(profile, max_num_seqs=min(profile.max_num_seqs, config.max_num_seqs),
+                               kv_cache_tokens=min(profile.kv_cache_tokens, 200_000))
+
+
 def pool_specs(config: SandboxConfig) -> list[PoolSpec]:
-    """One pool per profile, cycling through the simulator's profiles; weights split the route evenly."""
+    """One pool per profile, cycling through the simulator's profiles; weights split the route evenly.
+    With `fallback_replicas`, the fallback pool comes last (weight 0, kept at least that many replicas)."""
     profiles = list(PROFILES.values())
     specs = []
     for index in range(config.pools):
         profile: PoolProfile = profiles[index % len(profiles)]
-        scaled = dataclasses.replace(profile, max_num_seqs=min(profile.max_num_seqs, config.max_num_seqs),
-                                     kv_cache_tokens=min(profile.kv_cache_tokens, 200_000))
+        scaled = _scaled(profile, config)
         name = "vllm-" + _dns_label(profile.name) + (f"-{index // len(profiles) + 1}" if index >= len(profiles) else "")
         weight = 100 // config.pools + (100 % config.pools if index == 0 else 0)
         specs.append(PoolSpec(name=name, profile=scaled, namespace=config.namespace, replicas=config.replicas,
                               cold_start_s=config.cold_start_s, weight=weight, min_replicas=1, max_replicas=10))
+    if config.fallback_replicas > 0:
+        profile = _scaled(PROFILES[FALLBACK_PROFILE], config)
+        specs.append(PoolSpec(name=f"vllm-{_dns_label(profile.name)}-fallback", profile=profile,
+                              namespace=config.namespace, replicas=config.fallback_replicas,
+                              cold_start_s=config.cold_start_s, weight=0, min_replicas=config.fallback_replicas,
+                              max_replicas=max(10, config.fallback_replicas)))
     return specs
 
 
@@ -98,6 +115,8 @@ class Sandbox:
     def __init__(self, config: SandboxConfig) -> None:
         if config.pools < 1:
             raise ValueError("a sandbox needs at least one pool")
+        if config.fallback_replicas < 0:
+            raise ValueError("fallback_replicas must be 0 or more")
         self.config = config
         self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir)
         if self.trace is not None and config.history_hours > 0:
@@ -109,6 +128,16 @@ class Sandbox:
         self.prometheus: PrometheusLauncher | None = None
         self.traffic: TrafficGenerator | None = None
         self.specs = pool_specs(config)
+
+    @property
+    def fallback_spec(self) -> PoolSpec | None:
+        """The warm fallback pool (the last spec) when the sandbox has one."""
+        return self.specs[-1] if self.config.fallback_replicas > 0 else None
+
+    @property
+    def primary_specs(self) -> list[PoolSpec]:
+        """The pools the scenario's traffic is meant for (every pool but the fallback)."""
+        return self.specs[:-1] if self.config.fallback_replicas > 0 else list(self.specs)
 
     def start(self) -> Sandbox:
         try:

@@ -52,6 +52,7 @@ class RequestRecord:
     outcome: str  # "200", another status, "timeout" or "connection_error"
     e2e_s: float | None  # due time to the last byte of the answer, wall seconds; None unless "200"
     ttft_s: float | None  # due time to the first token (streamed answers only)
+    pool: str | None = None  # the pool that answered (the sandbox gateway's x-sandbox-pool), when one did
 
 
 @dataclass
@@ -177,20 +178,20 @@ class TrafficGenerator:
                 "max_tokens": max(1, request.output_tokens), "ignore_eos": True, "stream": self.options.stream}
         # A user's clock starts when the request is due, not when a client thread is free to send it.
         started = time.monotonic() if due is None else min(due, time.monotonic())
-        outcome, first_token_at = "error", None
+        outcome, first_token_at, pool = "error", None, None
         for attempt in range(self.options.retries + 1):
             if attempt:
                 with self._lock:
                     self._report.retries += 1
                 if self._stop.wait(self.options.backoff_s * 2 ** (attempt - 1)):
                     break
-            outcome, first_token_at = self._attempt(body)
+            outcome, first_token_at, pool = self._attempt(body)
             if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
                 break
         finished = time.monotonic()
         succeeded = outcome == "200"
         record = RequestRecord(request.t_s, outcome, finished - started if succeeded else None,
-                               first_token_at - started if succeeded and first_token_at is not None else None)
+                               first_token_at - started if succeeded and first_token_at is not None else None, pool)
         with self._lock:
             self._report.statuses[outcome] += 1
             self._report.records.append(record)
@@ -200,24 +201,26 @@ class TrafficGenerator:
             else:
                 self._report.failed += 1
 
-    def _attempt(self, body: dict[str, Any]) -> tuple[str, float | None]:
-        """One try: its status (or why none came) and, when streamed, when the first token arrived."""
+    def _attempt(self, body: dict[str, Any]) -> tuple[str, float | None, str | None]:
+        """One try: its status (or why none came), when streamed when the first token arrived, and the
+        pool that answered (the gateway's x-sandbox-pool header)."""
         try:
             with self._session().post(self.url, json=body, timeout=self.options.timeout_s,
                                       stream=self.options.stream) as response:
+                pool = response.headers.get("x-sandbox-pool")
                 if not self.options.stream or response.status_code != 200:
                     response.content  # noqa: B018 - read the whole answer, as a client does
-                    return str(response.status_code), None
+                    return str(response.status_code), None, pool
                 first_token_at = None
                 for line in response.iter_lines():
                     if first_token_at is None and line.startswith(b"data: {"):
                         first_token_at = time.monotonic()
-                return "200", first_token_at
+                return "200", first_token_at, pool
         except requests.Timeout:
             with self._lock:
                 self._report.timeouts += 1
             self._local.session = None  # the connection is in an unknown state
-            return "timeout", None
+            return "timeout", None, None
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
             self._local.session = None  # refused, reset, or an answer cut off mid-stream
-            return "connection_error", None
+            return "connection_error", None, None

@@ -5,6 +5,7 @@ scored run is shortened by speed and a lighter base rate (the scenario's shape i
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -14,11 +15,13 @@ from django.core.management import CommandError, call_command
 from controlplane import services as core
 from controlplane.choices import Channel
 from controlplane.models import AuditEvent, Pool
-from sandbox import scenarios
+from sandbox import headless, scenarios
 from sandbox.registration import register
+from sandbox.replica import wait_until
 from sandbox.runtime import Sandbox, SandboxConfig
+from sandbox.traffic import RequestRecord, TraceRequest, TrafficGenerator
 from scaling import services
-from scaling.models import Proposal
+from scaling.models import FallbackPolicy, Proposal
 
 REPORT_KEYS = {"scenario", "requests", "slo_attainment", "ttft_ms", "e2e_ms", "proposals", "max_ready_replicas",
                "gpu_hours", "cost_usd", "fallback_share", "fallback", "incidents", "alerts", "baseline"}
@@ -47,7 +50,7 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
 
     report = json.loads(out.getvalue())  # stdout holds the JSON alone
     assert REPORT_KEYS <= report.keys()
-    assert report["scenario"] == "surge-10x" and report["fallback_share"] is None
+    assert report["scenario"] == "surge-10x"
     assert report["requests"]["sent"] > 100 and report["requests"]["succeeded"] > 0
     assert 0.0 <= report["slo_attainment"] <= 1.0
     for series in ("ttft_ms", "e2e_ms"):
@@ -61,6 +64,22 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
         times = [proposal[key] for key in ("created_s", "approved_s", "executed_s", "ready_s") if proposal[key] is not None]
         assert times == sorted(times), proposal
         assert proposal["channel"] in ("policy", "simulated-on-call", None)
+    # The fallback: a warm pool on the same route, its share of the requests, and what it did.
+    fallback = report["fallback"]
+    assert fallback["pool"] == "vllm-llama-3-2-1b-l4-fallback" and fallback["of"] == "vllm-llama-3-1-8b-h100"
+    assert fallback["warm_replicas"] >= 1 and fallback["max_ready_replicas"] >= fallback["warm_replicas"]
+    assert 0.0 <= report["fallback_share"] <= 1.0
+    assert fallback["requests"] == round(report["fallback_share"] * report["requests"]["sent"])
+    assert fallback["policy"] == {"entry_after_s": 0.0, "exit_after_s": 60.0, "return_step_hold_s": 30.0,
+                                  "max_share": 0.9}  # scenario seconds, registered as wall seconds (/ 8)
+    assert fallback["gpu_hours"] > 0 and report["gpu_hours"] > fallback["gpu_hours"]
+    for activation in fallback["activations"]:
+        assert activation["entered_s"] is not None
+        assert activation["finished_s"] is None or activation["finished_s"] >= activation["entered_s"]
+    assert [e["kind"] for e in fallback["events"]][:1] in ([], ["entered"])
+    assert (report["fallback_share"] > 0) <= bool(fallback["activations"])  # nothing reaches it unless diverted
+    missed = sum(bucket["missed"] for bucket in report["misses_by_15s"])
+    assert missed == round((1 - report["slo_attainment"]) * report["requests"]["sent"])
     assert report["incidents"]["count"] == len(report["incidents"]["items"])
     assert report["alerts"]["count"] == len(report["alerts"]["items"])
     baseline = report["baseline"]
@@ -82,6 +101,7 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
     (["--headless", "--speed", "0"], "--speed must be above 0"),
     (["--json"], "--json needs --headless"),
     (["--auto-approve-after-s", "30"], "--auto-approve-after-s needs --headless"),
+    (["--no-fallback"], "--no-fallback needs --headless"),
 ])
 def test_it_refuses_bad_arguments_with_a_message_naming_them(settings, arguments: list[str], message: str) -> None:  # noqa: ANN001
     settings.KUBERNETES_ENABLED = True
@@ -92,3 +112,52 @@ def test_it_refuses_bad_arguments_with_a_message_naming_them(settings, arguments
 def test_it_refuses_an_unknown_scenario_through_the_parser() -> None:
     with pytest.raises(CommandError, match="invalid choice"):
         call_command("demo", "--headless", "--scenario", "no-such")
+
+
+@pytest.mark.django_db
+def test_a_fallback_pool_is_registered_warm_at_weight_0_and_adds_no_traffic() -> None:
+    config = SandboxConfig(pools=1, scenario="idle", prometheus=False, cold_start_s=0.0, fallback_replicas=2,
+                           speed=4.0)
+    # The scenario's rate is the primary's alone: the same trace as without a fallback pool.
+    unstarted = Sandbox(dataclasses.replace(config, scenario="steady"))
+    alone = scenarios.scenario_trace("steady", 1)
+    assert [next(unstarted.trace).t_s for _ in range(50)] == [next(alone).t_s for _ in range(50)]
+    with Sandbox(config) as sandbox:
+        primary, fallback = sandbox.specs
+        assert sandbox.primary_specs == [primary] and sandbox.fallback_spec == fallback
+        assert [weight for _, weight in sandbox.cluster.route_weights()] == [100, 0]
+        assert fallback.replicas == fallback.min_replicas == 2
+        assert wait_until(lambda: len(sandbox.cluster.ready_replicas(primary.namespace, primary.name)) == 1, 30)
+
+        register(sandbox)
+        records = TrafficGenerator(sandbox.gateway.url, [TraceRequest(0.0, 10, 2)] * 4).run().records
+
+    pools = {pool.name: pool for pool in Pool.objects.filter(cluster__name="sandbox")}
+    assert pools[primary.name].fallback_pool == pools[fallback.name]
+    assert pools[fallback.name].min_replicas == 2 and pools[fallback.name].fallback_pool is None
+    policy = FallbackPolicy.objects.get(pool=pools[primary.name])
+    assert policy.enabled and not policy.requires_approval and policy.exit_after_s == 60.0 / 4
+    assert not FallbackPolicy.objects.filter(pool=pools[fallback.name]).exists()
+    # Weight 0: the gateway sends the fallback nothing, and each answer names the pool that gave it.
+    assert [(record.outcome, record.pool) for record in records] == [("200", primary.name)] * 4
+
+
+def test_the_warm_fallback_is_sized_to_take_the_surge_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = SandboxConfig(pools=1, scenario="surge-10x")
+    # 20 req/s surge; one 8b replica serves 6.786 req/s, a 1b replica 5.56, each at 85 %:
+    # (20 - 5.77) / 4.73 = 3.01 -> 4, + 1 for the backlog.
+    assert headless.fallback_replicas(config) == 5
+    monkeypatch.setattr(scenarios, "BASE_RPS_PER_POOL", 1.0)
+    assert headless.fallback_replicas(config) == 2  # (10 - 5.77) / 4.73 -> 1, + 1
+
+
+def test_misses_are_bucketed_by_due_time_and_by_the_pool_that_answered() -> None:
+    records = [RequestRecord(1.0, "200", 0.5, 0.1, "a"),  # 0.4 s at 4x: met
+               RequestRecord(2.0, "200", 0.9, 0.3, "a"),  # 1.2 s: missed on a
+               RequestRecord(16.0, "200", 0.9, 0.3, "b"),
+               RequestRecord(17.0, "timeout", None, None, None),
+               RequestRecord(31.0, "200", 0.2, 0.1, "b")]
+    assert headless._misses_by_bucket(records, 4.0, 1.0) == [
+        {"from_s": 0.0, "sent": 2, "missed": 1, "by_pool": {"a": 1}},
+        {"from_s": 15.0, "sent": 2, "missed": 2, "by_pool": {"b": 1, "failed": 1}},
+    ]

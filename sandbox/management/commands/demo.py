@@ -56,6 +56,8 @@ class Command(BaseCommand):
                             help="--headless: a simulated on-call approves what waits for a person after this "
                                  "many scenario seconds (default 60)")
         parser.add_argument("--json", action="store_true", help="--headless: print the report as one JSON object")
+        parser.add_argument("--no-fallback", action="store_true",
+                            help="--headless: run Headroom without its warm fallback pool (to compare)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["history"] < 0:
@@ -63,7 +65,7 @@ class Command(BaseCommand):
         if options["speed"] is not None and not 0 < options["speed"] <= MAX_SPEED:
             raise CommandError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
         if not options["headless"]:
-            for flag in ("auto_approve_after_s", "json"):
+            for flag in ("auto_approve_after_s", "json", "no_fallback"):
                 if options[flag] not in (None, False):
                     raise CommandError(f"--{flag.replace('_', '-')} needs --headless")
         if not settings.KUBERNETES_ENABLED:
@@ -121,7 +123,7 @@ class Command(BaseCommand):
             raise CommandError("--headless needs Prometheus: install it (make system-deps) and set PROMETHEUS_ENABLED=true")
         call_command("seed_demo", stdout=io.StringIO())  # the on-call approver and the ML Platform team
         run = headless.HeadlessOptions(scenario=scenario, speed=options["speed"] or 4.0, auto_approve_after_s=wait_s,
-                                       team_slug=DEMO_TEAM)
+                                       team_slug=DEMO_TEAM, fallback=not options["no_fallback"])
         try:
             report = headless.run(run, lambda line: self.stderr.write(line))
         except (ValueError, OSError, PrometheusError, RegistrationError, RuntimeError) as error:
