@@ -76,7 +76,32 @@ class TeamViewSet(TeamScopedViewSet):
             services.record(self.actor, AuditAction.CREATE, serializer.save())
 
 
-class ClusterFilter(django_filters.FilterSet):
+class _StrictChoiceField(forms.ChoiceField):
+    def clean(self, value):  # noqa: ANN001, ANN201
+        if value == "":  # given but empty: not one of the choices the schema lists (left out, it is None)
+            raise forms.ValidationError("Select one of the choices, or leave the filter out.", code="invalid_choice")
+        return super().clean(value)
+
+
+class StrictChoiceFilter(django_filters.ChoiceFilter):
+    """A choice, or left out; `?state=` is a 400 naming the filter (ChoiceFilter alone reads it as "no filter",
+    which the schema's enum does not allow)."""
+
+    field_class = _StrictChoiceField
+
+
+class ApiFilterSet(django_filters.FilterSet):
+    """Every API filter set: a model field with choices is filtered by one of them, never by ``""``."""
+
+    @classmethod
+    def filter_for_lookup(cls, field, lookup_type):  # noqa: ANN001, ANN206
+        filter_class, params = super().filter_for_lookup(field, lookup_type)
+        if filter_class is django_filters.ChoiceFilter:
+            filter_class = StrictChoiceFilter
+        return filter_class, params
+
+
+class ClusterFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
 
     class Meta:
@@ -90,7 +115,7 @@ class ClusterViewSet(TeamScopedViewSet):
     filterset_class = ClusterFilter
 
 
-class PoolFilter(django_filters.FilterSet):
+class PoolFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     cluster_name = django_filters.CharFilter(field_name="cluster__name")
 
@@ -131,7 +156,7 @@ class TrueOrFalseFilter(django_filters.BooleanFilter):
     field_class = _TrueOrFalse
 
 
-class PoolChildFilter(django_filters.FilterSet):
+class PoolChildFilter(ApiFilterSet):
     """Filters for objects that belong to a pool: by the pool's cluster (id) and team (slug)."""
 
     cluster = IdFilter(field_name="pool__cluster")

@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
-from controlplane.api.views import ScopedViewMixin, TrueOrFalseFilter
+from controlplane.api.views import ApiFilterSet, ScopedViewMixin, TrueOrFalseFilter
 from controlplane.choices import Role
 from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
@@ -24,7 +24,7 @@ from scaling import report_service
 from scaling.api.serializers import WarmPoolReportSerializer
 
 
-class ChannelFilter(django_filters.FilterSet):
+class ChannelFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     enabled = TrueOrFalseFilter()
 
@@ -33,7 +33,7 @@ class ChannelFilter(django_filters.FilterSet):
         fields = ["team", "kind", "enabled"]
 
 
-class NotificationFilter(django_filters.FilterSet):
+class NotificationFilter(ApiFilterSet):
     class Meta:
         model = Notification
         fields = ["channel", "proposal", "alert", "kind", "state"]
@@ -77,7 +77,7 @@ class NotificationViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
     filterset_class = NotificationFilter
 
 
-class AlertFilter(django_filters.FilterSet):
+class AlertFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     active = TrueOrFalseFilter(method="filter_active", label="Pending or firing")
 
@@ -97,7 +97,7 @@ class AlertViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
     filterset_class = AlertFilter
 
 
-class SilenceFilter(django_filters.FilterSet):
+class SilenceFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     active = TrueOrFalseFilter(method="filter_active", label="Not yet ended")
 
@@ -138,7 +138,7 @@ class SilenceViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMode
         return Response(self.get_serializer(self.get_queryset().get(pk=silence.pk)).data)
 
 
-class IncidentFilter(django_filters.FilterSet):
+class IncidentFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     active = django_filters.BooleanFilter(method="filter_active", label="Open, acknowledged or mitigated")
 
@@ -236,7 +236,7 @@ class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
         return HttpResponse(postmortem.render(incident), content_type="text/markdown; charset=utf-8")
 
 
-class PlaybookFilter(django_filters.FilterSet):
+class PlaybookFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
 
     class Meta:

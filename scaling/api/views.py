@@ -11,7 +11,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from controlplane import services as core
-from controlplane.api.views import PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
+from controlplane.api.views import ApiFilterSet, PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
 from controlplane.choices import Channel, Role
 from scaling import breakers, fallbacks, report_service, reports, services, traffic
 from scaling.api import serializers
@@ -105,7 +105,7 @@ class ProposalViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMod
         return Response(serializers.ProposalSerializer(self.get_queryset().get(pk=proposal.pk)).data)
 
 
-class TrafficShiftFilter(django_filters.FilterSet):
+class TrafficShiftFilter(ApiFilterSet):
     pool = django_filters.NumberFilter(method="filter_pool", label="Shifts to or from this pool")
     active = django_filters.BooleanFilter(method="filter_active", label="Only shifts still under way")
 
