@@ -16,7 +16,7 @@ help:
 	@echo "make test          install what the tests need and run every tier"
 	@echo "make test-fast     pure tiers only (simulator, engine, parsers): no services"
 	@echo "make install       create .venv and install Headroom with its test extras (idempotent)"
-	@echo "make bench         the quick benchmarks, about 5 minutes (docs/benchmarks.md says which tables)"
+	@echo "make bench         the quick benchmarks, about 10 minutes (docs/benchmarks.md says which tables)"
 	@echo "make bench-full    every script in bench/: hours"
 
 # Re-installs only when pyproject.toml changed since the last install.
@@ -79,8 +79,8 @@ test-realvllm: install system-deps
 	$(if $(REAL_VLLM_TESTS),$(BIN)/python -m sandbox.realvllm install,@echo "no real vLLM tests")
 	$(if $(REAL_VLLM_TESTS),$(PYTEST) -m real_vllm $(REAL_VLLM_TESTS),)
 
-# The quick benchmarks: the tables at the top of docs/benchmarks.md says each reproduces (about 5 minutes on
-# the shared 2-core box). bench-full runs every script in bench/ with its defaults: hours.
+# The quick benchmarks: the tables that the top of docs/benchmarks.md says each reproduces (about 3 minutes of CPU,
+# 10 minutes on the loaded shared 2-core box). bench-full runs every script in bench/ with its defaults: hours.
 BENCH_QUICK := "bench/forecast_table.py" "bench/sim_speed.py --quick" "bench/forecast_incremental.py" \
 	"bench/tune_baselines.py"
 
