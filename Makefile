@@ -8,7 +8,7 @@ PORT ?= 8000
 # test database, test_headroom_<TEST_RUN_ID or pid>, so two runs on one machine do not collide.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/headroom
 
-.PHONY: help install system-deps demo demo-headless serve migrate test test-fast test-db test-services test-realvllm bench clean
+.PHONY: help install system-deps demo demo-headless serve migrate test test-fast test-db test-services test-realvllm bench bench-full clean
 
 help:
 	@echo "make demo          run Headroom on SQLite with the demo fleet at http://127.0.0.1:$(PORT)"
@@ -16,7 +16,8 @@ help:
 	@echo "make test          install what the tests need and run every tier"
 	@echo "make test-fast     pure tiers only (simulator, engine, parsers): no services"
 	@echo "make install       create .venv and install Headroom with its test extras (idempotent)"
-	@echo "make bench         run the benchmarks in bench/ (see docs/benchmarks.md)"
+	@echo "make bench         the quick benchmarks, about 10 minutes (docs/benchmarks.md says which tables)"
+	@echo "make bench-full    every script in bench/: hours"
 
 # Re-installs only when pyproject.toml changed since the last install.
 install: $(STAMP)
@@ -78,7 +79,15 @@ test-realvllm: install system-deps
 	$(if $(REAL_VLLM_TESTS),$(BIN)/python -m sandbox.realvllm install,@echo "no real vLLM tests")
 	$(if $(REAL_VLLM_TESTS),$(PYTEST) -m real_vllm $(REAL_VLLM_TESTS),)
 
+# The quick benchmarks: the tables that the top of docs/benchmarks.md says each reproduces (about 3 minutes of CPU,
+# 10 minutes on the loaded shared 2-core box). bench-full runs every script in bench/ with its defaults: hours.
+BENCH_QUICK := "bench/forecast_table.py" "bench/sim_speed.py --quick" "bench/forecast_incremental.py" \
+	"bench/tune_baselines.py"
+
 bench: install
+	@for command in $(BENCH_QUICK); do echo "== $$command"; $(BIN)/python $$command || exit 1; done
+
+bench-full: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
 clean:
