@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Case, CharField, Max, Q, Value, When
 from django.db.models.functions import Cast, Concat
+from django.http import QueryDict
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -158,9 +159,25 @@ class _ClockInput(forms.DateTimeInput):
     input_type = "datetime-local"
 
 
+# Filters whose schema has a type or a list of values, so that an empty one is a mistake (the page leaves
+# out the fields left blank before it asks, see without_blanks).
+TYPED_FILTERS = ("team", "pool", "object_type", "channel", "within", "since", "until")
+
+
+def without_blanks(query: QueryDict) -> QueryDict:
+    """A form's query without the fields left blank: an HTML form sends every field."""
+    kept = query.copy()
+    for name in [name for name, value in kept.items() if value == ""]:
+        del kept[name]
+    return kept
+
+
 class AuditFilterForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        for name in TYPED_FILTERS:
+            if self.data.get(name, None) == "":
+                self.add_error(name, "Give a value, or leave this filter out.")
         if data.get("since") and data.get("until") and data["since"] > data["until"]:
             raise ValidationError({"until": "Must be after From."})
         return data

@@ -227,12 +227,12 @@ AUDIT_ROWS_PER_PAGE = 50
 def audit_log(request: HttpRequest) -> HttpResponse:
     """The audit log, filtered and searched, one row per decision (see controlplane.audit_view)."""
     visible = services.visible_audit_events(request.user)
-    filters = audit_view.AuditEventFilter(request.GET, queryset=visible, request=request)
+    query = audit_view.without_blanks(request.GET)
+    query.pop("page", None)
+    filters = audit_view.AuditEventFilter(query, queryset=visible, request=request)
     valid = filters.is_valid()
     groups = audit_view.grouped(filters.qs if valid else visible.none())
     page = Paginator(groups, AUDIT_ROWS_PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
     context = {"page": page, "rows": audit_view.rows_for([group["key"] for group in page.object_list], visible),
                "filter": filters, "query": query.urlencode(), "now": timezone.now(),
                "fields": [filters.form[name] for name in filters.PAGE_FIELDS],

@@ -5,7 +5,9 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from controlplane import services
@@ -98,3 +100,25 @@ def test_a_proposal_link_opens_a_page(alice: User, history: dict) -> None:
     assert "<html" in page and f"object_id={history['mine'].pk}" in page
     fragment = _login(alice).get(f"/proposals/{history['mine'].pk}/card/", HTTP_HX_REQUEST="true").content.decode()
     assert "<html" not in fragment
+
+
+def test_the_page_reads_blank_fields_as_no_filter_and_the_api_as_a_mistake(alice: User, history: dict) -> None:
+    blank_form = "q=&team=&pool=&object_type=&actor=&action=&channel=&within=&since=&until="
+    page = _login(alice).get(f"/audit/?{blank_form}")
+    assert page.status_code == 200 and "Proposed → Approved" in page.content.decode()
+    api = token_client(alice).get("/api/v1/audit/?until=")
+    assert api.status_code == 400 and "leave this filter out" in api.json()["until"][0]
+
+
+def test_the_page_costs_the_same_queries_for_ten_decisions_as_for_one(alice: User, pool: Pool) -> None:
+    def queries() -> int:
+        client = _login(alice)
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/audit/").status_code == 200
+        return len(captured)
+
+    decide(proposal_of(pool), AUTO, "propose", "approved")
+    one = queries()
+    for _ in range(9):
+        decide(proposal_of(pool), AUTO, "propose", "approved", "executed")
+    assert queries() == one

@@ -17,7 +17,7 @@ AUTO = services.Actor(user=None, channel=Channel.AUTO)
 
 
 def proposal_of(pool: Pool) -> Proposal:
-    return Proposal.objects.create(pool=pool, kind="scale_up", current_replicas=2, target_replicas=6,
+    return Proposal.objects.create(pool=pool, kind="reactive", state="executed", current_replicas=2, target_replicas=6,
                                    idempotency_key=f"k-{Proposal.objects.count()}", requested_channel=Channel.AUTO,
                                    expires_at=timezone.now() + timedelta(minutes=30))
 
