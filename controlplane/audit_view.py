@@ -98,11 +98,22 @@ def action_name(action: str) -> str:
     return words[:1].upper() + words[1:]
 
 
-def object_type_choices() -> list[tuple[str, str]]:
-    """Every model of the project's apps (and users), by human name: what the type filter accepts."""
+# Recorded often, though without a page of their own: listed first in the type filter with KINDS.
+COMMON_TYPES = ("auth.user", "controlplane.team", "controlplane.membership")
+
+
+def object_type_choices() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every model of the project's apps (and users) by human name, what is commonly recorded first:
+    what the type filter accepts. (The log never records itself or Django's permissions.)"""
     labels = {model._meta.label_lower for model in apps.get_models()
               if model._meta.app_label in ("controlplane", "scaling", "incidents", "auth")}
-    return sorted(((label, type_name(label)) for label in labels), key=lambda choice: (choice[1], choice[0]))
+    labels -= {"controlplane.auditevent", "auth.permission"}
+    common = labels & (set(KINDS) | set(COMMON_TYPES))
+
+    def by_name(group: set[str]) -> list[tuple[str, str]]:
+        return sorted(((label, type_name(label)) for label in group), key=lambda choice: (choice[1], choice[0]))
+
+    return [("Decisions and configuration", by_name(common)), ("Other records", by_name(labels - common))]
 
 
 # --- filters ------------------------------------------------------------------------------------------
@@ -189,7 +200,7 @@ class AuditEventFilter(django_filters.FilterSet):
 
     team = django_filters.ModelChoiceFilter(queryset=_visible_teams, to_field_name="slug", empty_label="any team",
                                             help_text="A team's slug (one of yours).")
-    pool = PoolFilter(queryset=_visible_pools, method="filter_pool", empty_label="any pool",
+    pool = PoolFilter(queryset=_visible_pools, method="filter_pool", empty_label="any pool", label="Pool",
                                             help_text="A pool's id: the pool and what belongs to it.")
     actor = django_filters.CharFilter(field_name="actor_name", lookup_expr="iexact", label="Who",
                                       help_text="A user name, or e.g. 'auto:system' for Headroom itself.")

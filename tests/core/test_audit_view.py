@@ -45,9 +45,11 @@ def test_it_names_actions_in_words(action: str, name: str) -> None:
 
 
 def test_the_type_filter_offers_every_project_model_by_name(db) -> None:  # noqa: ANN001
-    choices = dict(audit_view.object_type_choices())
-    assert choices["scaling.proposal"] == "Proposal" and choices["controlplane.pool"] == "Pool"
-    assert "contenttypes.contenttype" not in choices
+    (_, common), (_, other) = audit_view.object_type_choices()
+    assert dict(common)["scaling.proposal"] == "Proposal" and dict(common)["auth.user"] == "User"
+    assert dict(other)["scaling.coldstart"] == "Cold start"
+    every = dict(common) | dict(other)
+    assert "contenttypes.contenttype" not in every and "controlplane.auditevent" not in every
 
 
 def test_a_decisions_events_fold_into_one_row_between_the_others(pool: Pool) -> None:
