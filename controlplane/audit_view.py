@@ -16,8 +16,8 @@ from django import forms
 from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Case, CharField, Max, Q, Value, When
-from django.db.models.functions import Cast, Concat
+from django.db.models import CharField, Exists, OuterRef, Q
+from django.db.models.functions import Cast
 from django.http import QueryDict
 from django.urls import reverse
 from django.utils import timezone
@@ -122,17 +122,16 @@ def object_type_choices() -> list[tuple[str, list[tuple[str, str]]]]:
 def about_pool(pool_id: int) -> Q:
     """Events about a pool: the pool itself, and the objects that belong to it, live (by their pool) or
     deleted (by the pool named in the snapshot the event kept)."""
-    condition = Q(object_type="controlplane.pool", object_id=str(pool_id))
-    for label, kind in KINDS.items():
-        if not kind.pool_fields:
-            continue
-        model = apps.get_model(label)
+    owned_types = [label for label, kind in KINDS.items() if kind.pool_fields]
+    recorded = Q()
+    for field in sorted({field for label in owned_types for field in KINDS[label].pool_fields}):
+        recorded |= Q(**{f"after__{field}": pool_id}) | Q(**{f"before__{field}": pool_id})
+    condition = Q(object_type="controlplane.pool", object_id=str(pool_id)) | Q(recorded, object_type__in=owned_types)
+    for label in owned_types:
         owned = Q()
-        for field in kind.pool_fields:
+        for field in KINDS[label].pool_fields:
             owned |= Q(**{field: pool_id})
-            condition |= Q(object_type=label, **{f"after__{field}": pool_id})
-            condition |= Q(object_type=label, **{f"before__{field}": pool_id})
-        ids = model.objects.filter(owned).annotate(id_text=Cast("pk", CharField())).values("id_text")
+        ids = apps.get_model(label).objects.filter(owned).annotate(id_text=Cast("pk", CharField())).values("id_text")
         condition |= Q(object_type=label, object_id__in=ids)
     return condition
 
@@ -291,43 +290,70 @@ class AuditRow:
         return list(dict.fromkeys(event.channel for event in self.events))
 
 
-def group_key() -> Case:
-    """A decision's events share one key (its type and id); any other event is its own."""
-    return Case(
-        When(object_type__in=FOLDED_TYPES, then=Concat("object_type", Value(":"), "object_id")),
-        default=Concat(Value("#"), Cast("id", CharField())),
-        output_field=CharField(),
-    )
+def row_heads(events: models.QuerySet) -> models.QuerySet:
+    """One event per row, newest first: a decision's latest event among `events`, any other event itself.
+
+    No GROUP BY over the whole log: the newest page reads the newest events by the `at` index and asks,
+    for each decision's event, whether a later one of the same decision is among `events` (an index probe
+    on type and id). A page costs what it shows, not what the log holds."""
+    later = events.filter(object_type=OuterRef("object_type"), object_id=OuterRef("object_id")).filter(
+        Q(at__gt=OuterRef("at")) | Q(at=OuterRef("at"), pk__gt=OuterRef("pk")))
+    return events.filter(~Q(object_type__in=FOLDED_TYPES) | ~Exists(later)).order_by("-at", "-id")
 
 
-def grouped(events: models.QuerySet) -> models.QuerySet:
-    """One entry per row, newest first: the key and the time of its latest event. Paginate this."""
-    return (events.order_by().annotate(key=group_key()).values("key")
-            .annotate(last_at=Max("at"), last_id=Max("id")).order_by("-last_at", "-last_id"))
+@dataclass(frozen=True)
+class RowPage:
+    """A page of rows, newer and older; no total, which would cost a count of the whole log."""
+
+    number: int
+    rows: list[AuditRow]
+    has_next: bool
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    @property
+    def next_page_number(self) -> int:
+        return self.number + 1
 
 
-def _key_condition(key: str) -> Q:
-    if key.startswith("#"):
-        return Q(pk=int(key[1:]))
-    object_type, _, object_id = key.partition(":")
-    return Q(object_type=object_type, object_id=object_id)
+def page_of(events: models.QuerySet, visible: models.QuerySet, number: str | int | None, per_page: int) -> RowPage:
+    """Page `number` (1 when it is not a whole number ≥ 1) of the rows of `events`."""
+    try:
+        page = max(1, int(number or 1))
+    except ValueError:
+        page = 1
+    start = (page - 1) * per_page
+    heads = list(row_heads(events)[start:start + per_page + 1])
+    return RowPage(number=page, rows=rows_for(heads[:per_page], visible), has_next=len(heads) > per_page)
 
 
-def rows_for(keys: Iterable[str], visible: models.QuerySet) -> list[AuditRow]:
-    """The rows for a page's keys. A decision shows all its steps the reader may see, not only the
-    ones that matched the filters: the filter finds the decision, the row tells its whole story."""
-    keys = list(keys)
-    if not keys:
+def _key(event: AuditEvent) -> tuple[str, str]:
+    """Which row an event belongs to: its decision's, or its own."""
+    return (event.object_type, event.object_id) if event.object_type in FOLDED_TYPES else ("#", str(event.pk))
+
+
+def rows_for(heads: Iterable[AuditEvent], visible: models.QuerySet) -> list[AuditRow]:
+    """The rows whose latest events are `heads`. A decision shows all its steps the reader may see, not
+    only the ones that matched the filters: the filter finds the decision, the row tells its whole story."""
+    heads = list(heads)
+    if not heads:
         return []
-    condition = Q()
-    for key in keys:
-        condition |= _key_condition(key)
-    by_key: dict[str, list[AuditEvent]] = {key: [] for key in keys}
-    for event in visible.filter(condition).order_by("at", "id"):
-        key = f"{event.object_type}:{event.object_id}" if event.object_type in FOLDED_TYPES else f"#{event.pk}"
-        if key in by_key:
-            by_key[key].append(event)
-    return build_rows([tuple(by_key[key]) for key in keys if by_key[key]])
+    by_key: dict[tuple[str, str], list[AuditEvent]] = {_key(head): [] for head in heads}
+    decisions = Q()
+    for object_type, object_id in by_key:
+        if object_type != "#":
+            decisions |= Q(object_type=object_type, object_id=object_id)
+    for event in visible.filter(decisions).order_by("at", "id") if decisions else []:
+        by_key[_key(event)].append(event)
+    for head in heads:  # a single event is its own row
+        by_key[_key(head)] = by_key[_key(head)] or [head]
+    return build_rows([tuple(by_key[_key(head)]) for head in heads])
 
 
 def build_rows(groups: list[tuple[AuditEvent, ...]]) -> list[AuditRow]:

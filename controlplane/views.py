@@ -8,7 +8,6 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
-from django.core.paginator import Paginator
 from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -143,8 +142,7 @@ POOL_AUDIT_ROWS = 20
 def _pool_audit_rows(request: HttpRequest, pool: Pool) -> list[audit_view.AuditRow]:
     """The latest changes to the pool and what belongs to it, one row per decision."""
     visible = services.visible_audit_events(request.user)
-    groups = audit_view.grouped(visible.filter(audit_view.about_pool(pool.pk)))[:POOL_AUDIT_ROWS]
-    return audit_view.rows_for([group["key"] for group in groups], visible)
+    return audit_view.page_of(visible.filter(audit_view.about_pool(pool.pk)), visible, 1, POOL_AUDIT_ROWS).rows
 
 
 @login_required
@@ -231,9 +229,9 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     filters = audit_view.AuditEventFilter(query, queryset=visible, request=request)
     valid = filters.is_valid()
-    groups = audit_view.grouped(filters.qs if valid else visible.none())
-    page = Paginator(groups, AUDIT_ROWS_PER_PAGE).get_page(request.GET.get("page"))
-    context = {"page": page, "rows": audit_view.rows_for([group["key"] for group in page.object_list], visible),
+    page = audit_view.page_of(filters.qs if valid else visible.none(), visible, request.GET.get("page"),
+                              AUDIT_ROWS_PER_PAGE)
+    context = {"page": page, "rows": page.rows,
                "filter": filters, "query": query.urlencode(), "now": timezone.now(),
                "fields": [filters.form[name] for name in filters.PAGE_FIELDS],
                "hidden": [field for field in filters.form if field.name not in filters.PAGE_FIELDS and field.value()]}

@@ -59,8 +59,7 @@ def test_a_decisions_events_fold_into_one_row_between_the_others(pool: Pool) -> 
     decide(proposal, WEB, "approved")
     decide(proposal, AUTO, "executing", "scale-intent", "scale-intent", "executed")
     visible = AuditEvent.objects.all()
-    keys = [group["key"] for group in audit_view.grouped(visible)]
-    rows = audit_view.rows_for(keys, visible)
+    rows = audit_view.rows_for(audit_view.row_heads(visible), visible)
     assert [row.kind for row in rows] == ["Proposal", "Pool"]  # the decision's latest step is the newest
     decision = rows[0]
     assert decision.folded and len(decision.events) == 6
@@ -74,8 +73,19 @@ def test_a_filtered_decision_still_shows_all_its_steps(pool: Pool) -> None:
     proposal = proposal_of(pool)
     decide(proposal, AUTO, "propose", "approved", "executed")
     visible = AuditEvent.objects.all()
-    keys = [group["key"] for group in audit_view.grouped(visible.filter(action="approved"))]
-    assert [row.steps for row in audit_view.rows_for(keys, visible)] == [["Proposed", "Approved", "Executed"]]
+    heads = audit_view.row_heads(visible.filter(action="approved"))
+    assert [row.steps for row in audit_view.rows_for(heads, visible)] == [["Proposed", "Approved", "Executed"]]
+
+
+def test_pages_follow_rows_not_events(pool: Pool) -> None:
+    for _ in range(3):
+        decide(proposal_of(pool), AUTO, "propose", "approved", "executed")
+    services.record(WEB, "update", pool)
+    visible = AuditEvent.objects.all()
+    first, second, beyond = (audit_view.page_of(visible, visible, number, per_page=2) for number in (1, "2", 3))
+    assert [row.kind for row in first.rows] == ["Pool", "Proposal"] and first.has_next and not first.has_previous
+    assert [len(row.events) for row in second.rows] == [3, 3] and not second.has_next
+    assert beyond.rows == [] and audit_view.page_of(visible, visible, "x", 2).number == 1
 
 
 def test_a_deleted_object_keeps_its_name_and_has_no_link(bob: User, pool: Pool) -> None:
