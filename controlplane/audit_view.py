@@ -15,7 +15,7 @@ import django_filters
 from django import forms
 from django.apps import apps
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import connection, models, transaction
 from django.db.models import CharField, Exists, OuterRef, Q
 from django.db.models.functions import Cast
 from django.http import QueryDict
@@ -329,7 +329,14 @@ def page_of(events: models.QuerySet, visible: models.QuerySet, number: str | int
     except ValueError:
         page = 1
     start = (page - 1) * per_page
-    heads = list(row_heads(events)[start:start + per_page + 1])
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # The planner prices the per-row probe as if the page read the whole log (it stops after a
+            # page), so with a selective filter it JIT-compiles the query: 0.3-1 s of compiling for a
+            # query that then runs in a millisecond (measured on 100,000 events, docs/api.md).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL jit = off")
+        heads = list(row_heads(events)[start:start + per_page + 1])
     return RowPage(number=page, rows=rows_for(heads[:per_page], visible), has_next=len(heads) > per_page)
 
 
