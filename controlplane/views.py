@@ -8,21 +8,21 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
-from django.core.paginator import Paginator
 from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from controlplane import forms, permissions, services
+from controlplane import audit_view, forms, permissions, services
 from controlplane import metrics as headroom_metrics
 from controlplane.charts import Line, time_chart
 from controlplane.choices import Channel, Role
-from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow
+from controlplane.models import SLO, Cluster, Pool, ScheduleWindow
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +144,15 @@ def pool_live(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "controlplane/_pool_live.html", _live_context(pool))
 
 
+POOL_AUDIT_ROWS = 20
+
+
+def _pool_audit_rows(request: HttpRequest, pool: Pool) -> list[audit_view.AuditRow]:
+    """The latest changes to the pool and what belongs to it, one row per decision."""
+    visible = services.visible_audit_events(request.user)
+    return audit_view.page_of(visible.filter(audit_view.about_pool(pool.pk)), visible, 1, POOL_AUDIT_ROWS).rows
+
+
 @login_required
 def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
     pool = get_object_or_404(_visible_pools(request).prefetch_related("schedules"), pk=pk)
@@ -151,7 +160,8 @@ def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "proposals": pool.proposals.select_related("requested_by", "decided_by")[:20],
         "can_configure": services.has_role(request.user, pool.team, Role.ADMIN),
         "can_decide": services.may_act_in(request.user, pool.team, pool.cluster, Role.OPERATOR),
-        "audit": AuditEvent.objects.filter(object_type="controlplane.pool", object_id=str(pool.pk))[:20],
+        "audit_rows": _pool_audit_rows(request, pool),
+        "now": timezone.now(),
     }
     return render(request, "controlplane/pool_detail.html", context)
 
@@ -215,8 +225,22 @@ def delete_object(request: HttpRequest, kind: str, pk: int) -> HttpResponse:
     return redirect(back)
 
 
+AUDIT_ROWS_PER_PAGE = 50
+
+
 @login_required
+@require_GET
 def audit_log(request: HttpRequest) -> HttpResponse:
-    events = services.visible_audit_events(request.user).select_related("actor")
-    page = Paginator(events, 50).get_page(request.GET.get("page"))
-    return render(request, "controlplane/audit.html", {"page": page})
+    """The audit log, filtered and searched, one row per decision (see controlplane.audit_view)."""
+    visible = services.visible_audit_events(request.user)
+    query = audit_view.without_blanks(request.GET)
+    query.pop("page", None)
+    filters = audit_view.AuditEventFilter(query, queryset=visible, request=request)
+    valid = filters.is_valid()
+    page = audit_view.page_of(filters.qs if valid else visible.none(), visible, request.GET.get("page"),
+                              AUDIT_ROWS_PER_PAGE)
+    context = {"page": page, "rows": page.rows,
+               "filter": filters, "query": query.urlencode(), "now": timezone.now(),
+               "fields": [filters.form[name] for name in filters.PAGE_FIELDS],
+               "hidden": [field for field in filters.form if field.name not in filters.PAGE_FIELDS and field.value()]}
+    return render(request, "controlplane/audit.html", context, status=200 if valid else 400)

@@ -173,8 +173,10 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def card(request: HttpRequest, pk: int) -> HttpResponse:
+    """The card alone for htmx; a page around it for a link followed (from the history or the audit log)."""
     proposal = get_object_or_404(visible_proposals(request), pk=pk)
-    return render(request, "scaling/_proposal_card.html", _card_context(request, proposal))
+    template = "scaling/_proposal_card.html" if request.htmx else "scaling/proposal.html"
+    return render(request, template, _card_context(request, proposal))
 
 
 @login_required

@@ -9,7 +9,7 @@ from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane import permissions
+from controlplane import audit_view, permissions
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
 
@@ -141,13 +141,19 @@ class PoolSerializer(ScopedModelSerializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
+    object_kind = serializers.SerializerMethodField(help_text="The object's kind in words, e.g. 'Proposal'.")
+
     class Meta:
         model = AuditEvent
         fields = [
-            "id", "at", "actor_name", "channel", "action", "object_type", "object_id", "object_repr",
+            "id", "at", "actor_name", "channel", "action", "object_type", "object_kind", "object_id", "object_repr",
             "before", "after", "request_id",
         ]
         read_only_fields = fields
+
+
+    def get_object_kind(self, event: AuditEvent) -> str:
+        return audit_view.type_name(event.object_type)
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):

@@ -10,7 +10,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
-from controlplane import permissions, services
+from controlplane import audit_view, permissions, services
 from controlplane.api import serializers
 from controlplane.choices import AuditAction, Channel, Role
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
@@ -192,7 +192,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = AuditEvent.objects.all()
     serializer_class = serializers.AuditEventSerializer
-    filterset_fields = ["channel", "action", "object_type", "object_id", "actor_name", "request_id"]
+    filterset_class = audit_view.AuditEventFilter  # the same filters as the audit page
 
     def get_queryset(self):  # noqa: ANN201
         return services.visible_audit_events(self.request.user)

@@ -22,7 +22,7 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
 
 def test_no_page_makes_a_request_outside_127_0_0_1(page, bob: User, pool: Pool) -> None:  # noqa: ANN001, F811
-    services.propose(pool, 4, ProposalKind.PRESCALE, core.Actor(None, Channel.AUTO), current=1,
+    proposal = services.propose(pool, 4, ProposalKind.PRESCALE, core.Actor(None, Channel.AUTO), current=1,
                      evidence={"forecast_expected": [1, 2, 4], "forecast_p90": [2, 3, 6], "capacity": [2, 2, 2]})
     bob.is_staff = bob.is_superuser = True  # the admin pages too
     bob.save()
@@ -48,7 +48,8 @@ def test_no_page_makes_a_request_outside_127_0_0_1(page, bob: User, pool: Pool) 
     page.wait_for_url(page.base_url + "/")
     pages = ["/", "/approvals/", f"/pools/{pool.pk}/", "/clusters/", "/audit/", "/alerts/", "/integrations/channels/",
              "/integrations/channels/new/", "/settings/", "/pool/new/", f"/pool/{pool.pk}/edit/", "/admin/",
-             "/api/docs/"]
+             f"/proposals/{proposal.pk}/card/", f"/audit/?pool={pool.pk}&within=1h",
+             "/api/docs/"]  # last: Swagger UI is waited for below
     for path in pages:
         response = page.goto(page.base_url + path)
         assert response is not None and response.status == 200, path
