@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scaling', '0015_incident_whatif'),
+        ('scaling', '0013_incident_whatif'),
     ]
 
     operations = [

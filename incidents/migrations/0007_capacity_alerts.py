@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('controlplane', '0009_hardening'),
-        ('incidents', '0007_incident_whatif'),
+        ('incidents', '0006_incident_whatif'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('incidents', '0005_playbooks'),
-        ('scaling', '0015_incident_whatif'),
+        ('scaling', '0013_incident_whatif'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scaling', '0013_traffic_notifications'),
+        ('scaling', '0012_traffic_notifications'),
     ]
 
     operations = [
