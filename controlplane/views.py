@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
+from django.core.paginator import Paginator
 from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
 from django.http import HttpRequest, HttpResponse, JsonResponse

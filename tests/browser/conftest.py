@@ -1,8 +1,23 @@
 """Browser-tier fixtures."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from django.db import connection
+
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    """Where a test saves its screenshots: docs/img/ with SAVE_SCREENSHOTS=1 (to refresh the docs' pictures),
+    else a temporary folder, so a test run leaves the working tree clean."""
+    if os.environ.get("SAVE_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        return IMAGES
+    return tmp_path
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,11 +23,10 @@ from tests.core.conftest import alice, bob, cluster, ml_team, pool  # noqa: F401
 from tests.incidents.test_incident_views import incident  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img"
-SCREENSHOT, RESOLVED_SCREENSHOT = IMAGES / "incident-view.png", IMAGES / "incident-view-resolved.png"
 
 
 def test_an_operator_acknowledges_and_approves_from_the_incident_view(page, incident: Incident, pool: Pool,  # noqa: ANN001, F811
+                                                                      screenshots: Path,
                                                                       alice: User, bob: User) -> None:  # noqa: F811
     proposal = services.propose(pool, 6, ProposalKind.REACTIVE, core.Actor(bob, Channel.API), current=2,
                                 reasons=[{"code": "QueuePerReplica", "detail": "queue 175 on 2 ready replicas"}])
@@ -58,12 +57,11 @@ def test_an_operator_acknowledges_and_approves_from_the_incident_view(page, inci
     expect(page.locator("#incident-live")).to_contain_text(f"Proposal #{proposal.pk} approved")
     expect(page.locator("#incident-live")).to_contain_text("watching the queue")
     expect(page.locator("#note-text")).to_have_value("")  # the note form was reset out of band
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.screenshot(path=str(screenshots / "incident-view.png"), full_page=True)
 
     page.locator("#incident-live").get_by_role("button", name="Resolve").click()
     expect(page.locator("#incident-live .badge")).to_have_text("Resolved")
     expect(page.locator("#incident-live")).not_to_contain_text("Mark mitigated")
-    page.screenshot(path=str(RESOLVED_SCREENSHOT), full_page=True)
+    page.screenshot(path=str(screenshots / "incident-view-resolved.png"), full_page=True)
     assert Incident.objects.get(pk=incident.pk).state == IncidentState.RESOLVED
     assert violations == []

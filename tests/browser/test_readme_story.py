@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -48,19 +47,10 @@ from tests.browser.test_approval_flow import _log_in, page  # noqa: F401
 from tests.core.conftest import alice, cluster, ml_team, pool  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img"
 NS = "inference"
 TICK = timedelta(seconds=15)
 MAX_REPLICAS = 24
 HISTORY_HOURS = 4.0  # traffic before the surge: what the warm-pool report replays
-
-
-@pytest.fixture
-def screenshots(tmp_path: Path) -> Path:
-    if os.environ.get("SAVE_SCREENSHOTS") == "1":
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        return IMAGES
-    return tmp_path
 
 
 @pytest.fixture
@@ -208,7 +198,7 @@ def test_the_readme_story(page, kube_pool: Pool, alice: User, screenshots: Path)
     view = page.locator("#incident-live")
     expect(view).to_contain_text("Getting worse")
     expect(view).to_contain_text("P1")
-    expect(view.locator("svg")).to_have_count(4)
+    expect(view.locator("svg")).to_have_count(8)  # TTFT, e2e, queue, replicas, errors, KV cache, fallback, ...
     expect(view).to_contain_text(f"Proposal #{prescale.pk} approved")
     page.screenshot(path=str(screenshots / "readme-incident.png"), full_page=True)
 
