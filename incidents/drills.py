@@ -242,6 +242,13 @@ def run_drill(playbook: Playbook, scenario_name: str, *, responder: AbstractBase
             raise DrillError(f"the sandbox's first replicas were not Ready within {wait:.0f} s")
         pool = _drill_pool(playbook, kube, namespace)
         driver = cluster_driver(pool.cluster)
+        # The Deployment's status counts the Ready replicas a moment after they are: a first tick that read 0
+        # ready opened the incident before the scenario began and sized the pre-scale from the calm rate.
+        deadline = time.monotonic() + wait
+        while driver.status(workload_of(pool)).ready < scenario.replicas:
+            if time.monotonic() > deadline:
+                raise DrillError(f"the sandbox's Deployment did not report {scenario.replicas} Ready within {wait:.0f} s")
+            time.sleep(0.05)
         fluid, ticks, drill, run = Fluid(), [], None, None
         started = time.monotonic()
         for number in range(int(duration_s / TICK_S) + 1):

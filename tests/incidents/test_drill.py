@@ -47,7 +47,7 @@ def test_a_drill_of_the_surge_playbook_runs_end_to_end_and_is_scored(surge_playb
     assert (proposal.kind, proposal.state, proposal.decided_by) == ("prescale", ProposalState.SUCCEEDED, alice)
     assert score["time_to_acknowledge_s"] is not None and score["time_to_acknowledge_s"] < 10
     assert score["time_to_approve_s"] is not None and score["time_to_ready_s"] is not None
-    assert score["peak_ready_replicas"] == proposal.target_replicas > 1
+    assert score["peak_ready_replicas"] == proposal.target_replicas >= 10  # 30 req/s at 4 a replica, + 50 %
     assert 0 < score["slo_attainment"] < 1  # the surge hurt before the capacity arrived
     assert record.score == score and len(record.ticks) == 29
     titles = [entry.title for entry in timeline.timeline(incident)]
@@ -64,9 +64,11 @@ def test_without_a_responder_the_surge_is_not_answered_and_scores_worse(surge_pl
     assert ignored["time_to_acknowledge_s"] is None and ignored["steps"][1]["state"] == "pending"
     assert ignored["time_to_ready_s"] is None and answered["time_to_ready_s"] is not None
     assert ignored["peak_ready_replicas"] < answered["peak_ready_replicas"]
-    # The default playbook's pre-scale (warm pool + 50 % of the rate read when the incident opened) is far
-    # too small for a 10x surge: both score near zero (see docs/incidents.md, "Drills"); never worse answered.
-    assert ignored["slo_attainment"] <= answered["slo_attainment"]
+    # The pre-scale is sized from the surge's rate when the incident opens (warm pool + 50 %): answered, most of
+    # the surge is served once the replicas are Ready (0.69 measured); unanswered, almost nothing is.
+    # (Until the drill waited for the Deployment to report its first replica, a first tick that read 0 ready
+    # opened the incident before the surge and both scored about 0.005.)
+    assert answered["slo_attainment"] >= 0.5 > 0.1 >= ignored["slo_attainment"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
