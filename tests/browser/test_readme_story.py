@@ -124,10 +124,11 @@ def _prescale(pool: Pool) -> Proposal:
     """The pre-scale for the forecast peak, worded as the loop words it; it waits for a person."""
     current = services.current_replicas(pool)
     proposal = services.propose(
-        pool, 14, ProposalKind.PRESCALE, core.Actor(None, Channel.AUTO), current=current,
-        reasons=[{"code": "PreScaleProposed", "detail": "forecast peak 63.00 req/s is 1.5x the current 42.00 req/s "
-                                                        "within 30 min: warm pool 9 + 50 % buffer"}],
-        evidence={"forecast_expected": [44, 55, 63], "forecast_p90": [50, 62, 70], "capacity": [40, 40, 40]})
+        # The protocol's numbers (3x the current rate; warm pool 21 + 50 % is 32, capped by the pool's maximum, 24).
+        pool, 24, ProposalKind.PRESCALE, core.Actor(None, Channel.AUTO), current=current,
+        reasons=[{"code": "PreScaleProposed", "detail": "forecast peak 105.00 req/s is 3.0x the current 35.00 req/s "
+                                                        "within 30 min: warm pool 21 + 50 % buffer"}],
+        evidence={"forecast_expected": [50, 80, 105], "forecast_p90": [60, 95, 120], "capacity": [40, 40, 40]})
     assert proposal.state == ProposalState.PENDING
     return proposal
 
@@ -185,7 +186,7 @@ def test_the_readme_story(page, kube_pool: Pool, alice: User, screenshots: Path)
     page.goto(page.base_url + "/approvals/")
     card = page.locator(f"#proposal-{prescale.pk}")
     expect(card).to_contain_text("Pending approval")
-    expect(card).to_contain_text("warm pool 9 + 50 % buffer")
+    expect(card).to_contain_text("warm pool 21 + 50 % buffer")
     card.locator("input[name=comment]").fill("pre-scale for the peak")
     card.get_by_role("button", name="Approve").click()
     expect(page.locator(f"#proposal-{prescale.pk}")).to_contain_text("pre-scale for the peak")
