@@ -42,6 +42,7 @@ from scaling.sim.policies.keda_queue import KedaQueuePolicy
 from scaling.sim.runner import simulate
 from scaling.sim.workload import Trace
 
+from sandbox import beat
 from sandbox.prometheus import PrometheusError
 from sandbox.registration import CLUSTER_NAME, replica_capacity_rps
 from sandbox.runtime import CLIENT_TIMEOUT_S, Sandbox, SandboxConfig, pool_specs
@@ -302,10 +303,8 @@ def _wait_for_traffic(sandbox: Sandbox, clock: _Clock, prefix: str, progress: Pr
 
 def _loop(stop: threading.Event, clock: _Clock, options: HeadlessOptions, on_call: Any, approved: set[int],
           progress: Progress) -> None:
-    """The demo's in-process loop at scenario pace, plus the simulated on-call; after each tick the
-    fallback decisions, as the beat's `advance-fallbacks` makes them (nothing without a fallback policy)."""
-    from controlplane.models import Pool
-    from scaling import fallbacks, loop, tasks
+    """The demo's in-process beat at scenario pace (sandbox/beat.py: the tick, executions, shifts, the
+    fallback decisions, breakers), plus the simulated on-call."""
     from scaling.models import FallbackEvent
 
     said_event = 0
@@ -314,13 +313,7 @@ def _loop(stop: threading.Event, clock: _Clock, options: HeadlessOptions, on_cal
         try:
             close_old_connections()
             _approve_waiting(clock, options, on_call, approved, progress)
-            tasks.advance_executions()
-            pools = list(Pool.objects.filter(cluster__name=CLUSTER_NAME).select_related("cluster", "team")
-                         .prefetch_related("slos", "schedules"))
-            for pool in loop.tick(pools).pools:
-                for action in pool.did:
-                    progress(f"t={clock.now_s():.0f} s  [loop] {pool.pool}: {action}")
-            fallbacks.advance()
+            beat.run_once(lambda line: progress(f"t={clock.now_s():.0f} s  {line}"))
             for event in FallbackEvent.objects.filter(activation__pool__cluster__name=CLUSTER_NAME,
                                                       pk__gt=said_event).order_by("pk"):
                 said_event = event.pk

@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from sandbox.prometheus import PrometheusError
-from sandbox import headless
+from sandbox import beat, headless
 from sandbox.registration import CLUSTER_NAME, RegistrationError, register, retire_previous
 from sandbox.runtime import Sandbox, SandboxConfig
 from sandbox.scenarios import SCENARIOS
@@ -131,17 +131,9 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(report) if options["json"] else json.dumps(report, indent=2))
 
     def _run_loop(self, stop: threading.Event) -> None:
-        from controlplane.models import Pool
-        from scaling import loop, tasks
-
         while not stop.wait(TICK_EVERY_S):
             try:
                 close_old_connections()
-                tasks.advance_executions()
-                pools = list(Pool.objects.filter(cluster__name=CLUSTER_NAME).select_related("cluster", "team")
-                             .prefetch_related("slos", "schedules"))
-                for pool in loop.tick(pools).pools:
-                    for action in pool.did:
-                        self.stdout.write(f"[loop] {pool.pool}: {action}")
+                beat.run_once(self.stdout.write)
             except Exception as error:  # the demo keeps going; the next tick tries again
                 self.stderr.write(f"[loop] tick failed: {type(error).__name__}: {error}")
