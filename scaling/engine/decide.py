@@ -276,7 +276,7 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
     rate_now = float(rate.value) if rate.is_known else math.nan  # type: ignore[arg-type]
     lead, peak, recent, state = forecasts(history, pool, now_s, rate_now, state)
     arriving = signals.arriving_replicas
-    arriving_count = max(0, int(round(arriving.value))) if arriving.is_known else 0  # type: ignore[arg-type]
+    arriving_count = planner.replica_count(arriving) or 0  # unknown or absurd: none credited
     inputs = PlanInput(
         now_s=now_s, signals=signals,
         arriving_ready_in_s=arriving_ready_in(history.requested_at() if arriving_count else [], arriving_count, now_s,

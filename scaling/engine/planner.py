@@ -240,8 +240,15 @@ class Decision:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _count(reading: Reading) -> int | None:
-    return max(0, int(round(reading.value))) if reading.is_known else None  # type: ignore[arg-type]
+# More replicas than any pool runs is a broken series, not a count: unknown (never acted on).
+MAX_PLAUSIBLE_REPLICAS = 100_000
+
+
+def replica_count(reading: Reading) -> int | None:
+    """A replica count read from a signal: None when unknown or not a plausible count."""
+    if not reading.is_known or float(reading.value) > MAX_PLAUSIBLE_REPLICAS:  # type: ignore[arg-type]
+        return None
+    return max(0, int(round(reading.value)))  # type: ignore[arg-type]
 
 
 def _oldest_key_sample_age_s(signals: PoolSignals) -> float:
@@ -421,7 +428,9 @@ def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Te
     active = [w for w in inputs.windows if w.start_s - pool.lead_s <= now < w.end_s]
     best: tuple[int, ScheduleWindow, float] | None = None
     for window in active:
-        rate = window.expected_rps if window.expected_rps is not None else peak
+        own = window.expected_rps
+        # A window's own rate that is NaN, infinite or negative is no rate (never a crash, never 0).
+        rate = own if own is not None and math.isfinite(own) and own >= 0 else peak
         if rate is None:
             continue
         replicas = _replicas_for(rate * (1 + window.prescale_factor), capacity_rps)
@@ -461,8 +470,9 @@ def prescale_proposal(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, cu
         # The reactive terms already know that load; a pre-scale would hold it for 30 minutes more.
         return None
     current_rps = float(rate.value)  # type: ignore[arg-type]
-    # A pool idling below one replica's capacity is compared with that capacity, not with ~0.
-    base = max(current_rps, capacity_rps * pool.min_replicas)
+    # A pool idling below one replica's capacity is compared with that capacity, not with ~0 (a pool
+    # scaled to zero, min replicas 0, with one replica's).
+    base = max(current_rps, capacity_rps * max(pool.min_replicas, 1))
     ratio = peak.expected_rps / base
     if ratio < pool.prescale_ratio:
         return None
@@ -543,7 +553,7 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     """Decide the pool's target replicas with its reasons; returns the new state inside the Decision."""
     state = state or PlannerState()
     now, signals = inputs.now_s, inputs.signals
-    ready, desired = _count(signals.ready_replicas), _count(signals.desired_replicas)
+    ready, desired = replica_count(signals.ready_replicas), replica_count(signals.desired_replicas)
     arriving = len(inputs.arriving_ready_in_s)
     # Only the cluster says what it runs: ready replicas seen by Prometheus plus nothing is not
     # "current" (a failed Kubernetes read would turn +2 into a write of ready + 2 onto more).
@@ -578,9 +588,11 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     warm = warm_floor_term(inputs, pool, capacity_rps)
     if current is None:
         fallback = [r for r in (scheduled.replicas, state.last_good_target) if r is not None]
-        target = min(max(fallback), pool.max_replicas) if fallback else None
+        # Within min/max like every other target (a window expecting no traffic asks for 0 replicas).
+        target = min(max(*fallback, pool.min_replicas), pool.max_replicas) if fallback else None
         reasons += [REPLICAS_UNKNOWN, SIGNALS_FALLBACK] if target is not None else [REPLICAS_UNKNOWN]
-        return Decision(target, None, ready, arriving, (predictive, scheduled, warm), SIGNALS_FALLBACK if target else HELD,
+        return Decision(target, None, ready, arriving, (predictive, scheduled, warm),
+                        SIGNALS_FALLBACK if target is not None else HELD,
                         tuple(reasons + ([STALENESS_ALERT] if staleness_alert else [])), True, unknown_for,
                         staleness_alert, capacity_rps, None, state)
 

@@ -21,6 +21,8 @@ FORMATS = ("auto", "azure", "mooncake", "servegen")
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 SERVEGEN_HEADER = "window_start_s,window_len_s,total_rate_rps,active_clients,rate_weighted_mean_cv,collection_gap,suspect_low".split(",")
 SERVEGEN_CLIENT_COLUMNS = ["window_start_s", "rate_req_per_s", "cv_of_interarrival", "fitted_distribution", "shape", "scale"]
+# The largest number a field may hold: whole numbers up to it are exact as floats and fit the int64 columns.
+MAX_NUMBER = float(2**53)
 
 
 class TraceFormatError(ValueError):
@@ -41,13 +43,16 @@ def load_trace(path: str | Path, fmt: str = "auto") -> Workload:
         raise TraceFormatError(path, None, None, "no such file")
     if fmt == "auto":
         fmt = detect_format(path)
-    if fmt == "azure":
-        return load_azure(path)
-    if fmt == "mooncake":
-        return load_mooncake(path)
-    if path.name.endswith((".tar.gz", ".tgz")):
-        return load_servegen_clients(path)
-    return load_servegen_aggregate(path)
+    try:
+        if fmt == "azure":
+            return load_azure(path)
+        if fmt == "mooncake":
+            return load_mooncake(path)
+        if path.name.endswith((".tar.gz", ".tgz")):
+            return load_servegen_clients(path)
+        return load_servegen_aggregate(path)
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, None, None, f"not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r})") from None
 
 
 def detect_format(path: Path) -> str:
@@ -79,9 +84,17 @@ def _field(path: Path, line: int, row: list[str], index: int, name: str, parse: 
     except (ValueError, IndexError):
         shown = row[index] if index < len(row) else ""
         raise TraceFormatError(path, line, f"{index + 1} ({name})", f"expected a number, got {shown!r}") from None
-    if value < 0 or value != value:
-        raise TraceFormatError(path, line, f"{index + 1} ({name})", f"expected a non-negative number, got {row[index]!r}")
+    if not 0 <= value <= MAX_NUMBER:  # NaN fails too
+        raise TraceFormatError(path, line, f"{index + 1} ({name})",
+                               f"expected a non-negative finite number up to 2**53, got {row[index]!r}")
     return value
+
+
+def _rising(path: Path, starts: list[float] | np.ndarray) -> None:
+    for index in range(1, len(starts)):
+        if starts[index] <= starts[index - 1]:
+            raise TraceFormatError(path, None, "1 (window_start_s)", f"window starts must rise: window {index + 1} starts "
+                                                                     f"at {starts[index]:g} after {starts[index - 1]:g}")
 
 
 def _check_width(path: Path, line: int, row: list[str], width: int) -> None:
@@ -127,8 +140,8 @@ def load_mooncake(path: Path) -> Trace:
                 raise TraceFormatError(path, line, 1, "expected a JSON object")
             for key in ("timestamp", "input_length", "output_length"):
                 value = record.get(key)
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                    raise TraceFormatError(path, line, key, f"expected a non-negative number, got {value!r}")
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_NUMBER:
+                    raise TraceFormatError(path, line, key, f"expected a non-negative finite number up to 2**53, got {value!r}")
             if "hash_ids" in record and not isinstance(record["hash_ids"], list):
                 raise TraceFormatError(path, line, "hash_ids", "expected a list")
             times.append(record["timestamp"] / 1000.0)
@@ -168,6 +181,9 @@ def load_servegen_aggregate(path: Path) -> RateTrace:
         raise TraceFormatError(path, None, None, "no windows in the file")
     if len(set(lengths)) != 1:
         raise TraceFormatError(path, None, "2 (window_len_s)", "windows must all have the same length")
+    if lengths[0] <= 0:
+        raise TraceFormatError(path, None, "2 (window_len_s)", "windows must have a positive length")
+    _rising(path, starts)
     rate = np.asarray(rates)
     gap = np.asarray(missing)
     if gap.any() and not gap.all():
@@ -199,6 +215,9 @@ def load_servegen_clients(path: Path) -> RateTrace:
             clients.append(client)
     if window_starts is None or not clients:
         raise TraceFormatError(path, None, None, "no client CSV files in the archive")
+    if not len(window_starts):
+        raise TraceFormatError(path, None, None, "no windows in the client CSV files")
+    _rising(path, window_starts)
     window_len = float(window_starts[1] - window_starts[0]) if len(window_starts) > 1 else 600.0
     clients = _fill_collection_gaps(clients)
     total = np.sum([c.rate_rps for c in clients], axis=0)

@@ -154,7 +154,8 @@ class RateTrace:
         # Aggregate files carry only a CV: a Gamma with that CV (shape 1/cv^2) reproduces it.
         cv = self.cv if self.cv is not None else np.ones_like(self.rate_rps)
         cv = np.where(cv > 0, cv, 1.0)
-        shape = 1.0 / cv**2
+        with np.errstate(divide="ignore", over="ignore"):  # a CV of ~0: an infinite shape (see _sample_client)
+            shape = 1.0 / cv**2
         return ClientWindows(self.rate_rps, ["Gamma"] * len(cv), shape, 1.0 / shape)
 
 
@@ -167,6 +168,10 @@ def _sample_client(client: ClientWindows, window_len_s: float, rng: np.random.Ge
             continue
         gaps = _inter_arrivals(client.distribution[window], client.shape[window], client.scale[window], count + 1, rng)
         times = np.cumsum(gaps)
+        if not (np.isfinite(times[-1]) and times[-1] > 0):
+            # A degenerate fit (a CV so small its shape overflows, a scale of ~0) draws gaps of 0 or
+            # infinity: the window's requests evenly spaced, the limit of a regular process.
+            times = np.arange(1.0, count + 2.0)
         parts.append(window * window_len_s + times[:-1] * (window_len_s / times[-1]))
     return np.concatenate(parts) if parts else np.empty(0)
 
