@@ -1,6 +1,6 @@
 """The forecastable case of issue 12's targets: two weeks of ServeGen (a daily peak) in fluid mode.
 
-    .venv/bin/python bench/forecastable_case.py [--trace PATH] [--rate-scale K] [--no-baselines] [--json]
+    .venv/bin/python bench/forecastable_case.py [--trace PATH] [--rate-scale K] [--pool FIELD=VALUE ...] [--no-baselines] [--json]
     .venv/bin/python bench/forecastable_case.py --from-json bench/results/issue12_forecastable_servegen.json
 
 Target (issue 12): >= 0.99 SLO attainment at <= 1.25x the clairvoyant's GPU-hours. Scored twice (the
@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scaling.sim.fluid_mode import run_fluid_mode  # noqa: E402
 from scaling.sim.policies import PolicyContext, build_policy, clairvoyant  # noqa: E402
+from bench.headroom_suite import parse_overrides  # noqa: E402
+from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
 from scaling.sim.policies.static import StaticPolicy  # noqa: E402
 from scaling.sim.runner import SEARCH_MAX_STEPS  # noqa: E402
 from scaling.sim.replay import build_parser, config_from, workload_from  # noqa: E402
@@ -152,6 +154,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--rate-scale", type=float, default=0.05, metavar="K")
+    parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a PoolPlan field of headroom's (as bench/headroom_suite.py --pool)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the tuned hpa-util and keda-queue")
     parser.add_argument("--search-step-s", type=float, default=None, metavar="S",
                         help="fluid step of the clairvoyant's and the static size's search replays (default: as "
@@ -170,7 +174,9 @@ def main() -> None:
         args.search_step_s = max(config.fluid_step_s, workload.span_s / SEARCH_MAX_STEPS)
     context = PolicyContext(workload, config, lambda policy: run_fluid_mode(workload, config, policy))
     started = time.process_time()
-    recording = Recording(build_policy("headroom", context))
+    pool = pool_plan_for(config, workload)
+    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in parse_overrides(args.pool).items()})
+    recording = Recording(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
     full = {"headroom": recording}
     if not args.no_baselines:
         full.update({name: build_policy(name, context) for name in ("hpa-util", "keda-queue")})
@@ -187,7 +193,7 @@ def main() -> None:
     held = {d["day"]: d["gpu_hours"] for d in rows["14 days"]["per_day"]["headroom"]}
     rows["days 8-14"]["replay_matches_recording"] = all(
         abs(d["gpu_hours"] - held[d["day"]]) < 0.01 for d in rows["days 8-14"]["per_day"]["headroom"])
-    report = {"trace": Path(args.trace).name, "rate_scale": args.rate_scale, "scorings": rows}
+    report = {"trace": Path(args.trace).name, "rate_scale": args.rate_scale, "pool_overrides": args.pool, "scorings": rows}
     print(json.dumps(report) if args.json else markdown(report))
 
 
