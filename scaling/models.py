@@ -279,14 +279,13 @@ class TrafficShift(models.Model):
         return self.steps[self.step - 1] if self.step else 0
 
 
-class TrafficShiftEvent(models.Model):
-    """One transition of a shift, or a note on it (a failed check, a confirmed write)."""
+class TrafficEvent(models.Model):
+    """What a shift's and a fallback's events share: a transition (or a note), who made it where, and
+    whether the teams' channels were told."""
 
-    shift = models.ForeignKey(TrafficShift, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     from_phase = models.CharField(max_length=20, blank=True)
     to_phase = models.CharField(max_length=20)
-    step = models.PositiveSmallIntegerField()
     actor_name = models.CharField(max_length=150)
     channel = models.CharField(max_length=16, choices=Channel.choices)
     comment = models.TextField(blank=True)
@@ -295,7 +294,15 @@ class TrafficShiftEvent(models.Model):
     notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        abstract = True
         ordering = ["at", "id"]
+
+
+class TrafficShiftEvent(TrafficEvent):
+    """One transition of a shift, or a note on it (a failed check, a confirmed write)."""
+
+    shift = models.ForeignKey(TrafficShift, on_delete=models.CASCADE, related_name="events")
+    step = models.PositiveSmallIntegerField()
 
 
 class WarmPoolReport(models.Model):
@@ -422,24 +429,12 @@ class FallbackActivation(models.Model):
         return self.phase in FALLBACK_OPEN_PHASES
 
 
-class FallbackEvent(models.Model):
+class FallbackEvent(TrafficEvent):
     """One transition of a fallback activation, or a note on it (a confirmed write, a refused entry)."""
 
     activation = models.ForeignKey(FallbackActivation, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
     kind = models.CharField(max_length=20)  # entered, return_started, reactivated, restored, written, ...
-    from_phase = models.CharField(max_length=20, blank=True)
-    to_phase = models.CharField(max_length=20)
     share = models.FloatField()
-    actor_name = models.CharField(max_length=150)
-    channel = models.CharField(max_length=16, choices=Channel.choices)
-    comment = models.TextField(blank=True)
-    data = models.JSONField(default=dict, blank=True)
-    # The notification outbox's read cursor (incidents/traffic_notify.py): set when fanned out to channels.
-    notified_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["at", "id"]
 
 
 class CircuitBreaker(models.Model):
