@@ -46,8 +46,15 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         # error rate and prefix-cache hits of the surge. (Samples backfilled from Prometheus' history have
         # only a request rate: those columns are None there, never 0.)
         samples = SignalSample.objects.filter(pool=pool)
-        for column in ("ttft_p99_s", "e2e_p99_s", "kv_cache_usage", "error_rate", "prefix_cache_hit_rate"):
-            assert samples.filter(**{f"{column}__isnull": False}).exists(), column
+        columns = ("ttft_p99_s", "e2e_p99_s", "kv_cache_usage", "error_rate", "prefix_cache_hit_rate")
+
+        def every_column_stored() -> bool:
+            # A scale-up can come on the queue before any request finished: latency is unknown until one has.
+            loop.tick([pool])
+            return all(samples.filter(**{f"{column}__isnull": False}).exists() for column in columns)
+
+        assert wait_until(every_column_stored, 60, interval=2.0), \
+            [column for column in columns if not samples.filter(**{f"{column}__isnull": False}).exists()]
         assert samples.filter(kv_cache_usage__gt=0).exists()
         assert samples.filter(fallback_share=0.0).exists() and not samples.filter(fallback_share__gt=0).exists()
 
