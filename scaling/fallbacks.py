@@ -135,8 +135,9 @@ def breaker_picture(policy: FallbackPolicy, now: datetime) -> breaker_engine.Bre
                                            enabled=policy.enabled)
 
 
-def decide(policy: FallbackPolicy, now: datetime) -> engine.FallbackDecision:
-    """The engine's decision for the policy's pool this tick, from the loop's stored signals."""
+def decide(policy: FallbackPolicy, now: datetime, activation: FallbackActivation | None = None) -> engine.FallbackDecision:
+    """The engine's decision for the policy's pool this tick, from the loop's stored signals. `activation`
+    is the open one: what it has on the route is the share of the traffic the primary did not get."""
     from scaling import loop  # the loop imports the services this module's callers use
 
     primary, fallback = policy.pool, policy.pool.fallback_pool
@@ -154,7 +155,8 @@ def decide(policy: FallbackPolicy, now: datetime) -> engine.FallbackDecision:
     return engine.fallback_step(now.timestamp(), signals, loop.pool_plan(primary), _state_of(policy),
                                 engine_policy(policy), demand_rps=demand, eligible_share=eligible,
                                 fallback_capacity_rps=fallback_capacity, ejected_replicas=breakers.ejected,
-                                breaker_open=breakers.failing)
+                                breaker_open=breakers.failing,
+                                routed_share=(activation.route_percent / 100.0) if activation is not None else 0.0)
 
 
 def route_percent_for(policy: FallbackPolicy, share: float) -> int:
@@ -310,7 +312,7 @@ def tick(pool_id: int, router: Router | None = None, now: datetime | None = None
             return None
         activation = _open(policy.pool)
         if activation is None or not activation.forced:
-            activation = _apply(policy, decide(policy, now), activation, router, now)
+            activation = _apply(policy, decide(policy, now, activation), activation, router, now)
         policy.save(update_fields=["state", "last_decision", "updated_at"])
     if activation is None or not activation.is_open:
         return activation

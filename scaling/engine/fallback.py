@@ -44,6 +44,11 @@ class FallbackPolicy:
     # Demand is the highest route rate of the last this many seconds: one tick's rate swings with
     # the bursts, and a share sized on a lull would send the next burst to the primary.
     demand_window_s: float = 60.0
+    # Within this many seconds two queue readings give an arrival rate (queue growth plus what the
+    # ready replicas served); a longer gap averages an onset away.
+    queue_growth_max_gap_s: float = 60.0
+    # The primary's share of the route below which its queue says too little about the route's demand.
+    queue_growth_min_primary_share: float = 0.05
     max_share: float = 1.0  # of the traffic that may fall back
     return_steps: tuple[float, ...] = (0.5, 0.25, 0.0)  # the share at return start times these, in turn
     return_step_hold_s: float = 60.0
@@ -93,6 +98,10 @@ class FallbackInputs:
     # breaker open, or the system breaker), "" when it is not.
     ejected_replicas: int = 0
     breaker_open: str = ""
+    queue_read_at_s: float | None = None  # when `queue_depth` was read (None: now)
+    # The share of the route's traffic the fallback took since the last tick (None: the state's share
+    # of the eligible traffic, as decided; the live loop passes what is on the route).
+    routed_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,11 @@ class FallbackState:
     return_from: float = 0.0  # the share when the return began
     return_step: int = 0  # index into return_steps
     step_since_s: float | None = None
-    recent_demand: tuple[tuple[float, float], ...] = ()  # (time, route rate) inside demand_window_s
+    recent_demand: tuple[tuple[float, float], ...] = ()  # (time, demand) inside demand_window_s
+    # The primary's last known queue depth and when it was read: its growth to the next reading is an
+    # arrival rate that does not lag (`queue_arrival_rps`).
+    last_queue_depth: float | None = None
+    last_queue_at_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,40 @@ def overflow_share(inputs: FallbackInputs, policy: FallbackPolicy) -> float:
     return min(max(share, 0.0), policy.max_share, _fallback_limit(inputs, policy))
 
 
+def queue_arrival_rps(inputs: FallbackInputs, policy: FallbackPolicy, state: FallbackState) -> float:
+    """The route's arrival rate implied by the primary's queue since the last reading: the queue's
+    growth per second plus what the ready replicas served meanwhile (their capacity at the SLO: a
+    standing queue keeps them busy), over the primary's share of the route. The route's request rate
+    is a rate over a window and lags a surge's onset by up to that window; the queue does not.
+
+    NaN (unknown) without two known readings close enough in time, without a queue now (idle
+    replicas serve less than their capacity: the growth says nothing), or when the primary took too
+    little of the route for its queue to speak for it."""
+    at = inputs.queue_read_at_s if inputs.queue_read_at_s is not None else inputs.now_s
+    if not _known(inputs.queue_depth) or state.last_queue_depth is None or state.last_queue_at_s is None:
+        return math.nan
+    elapsed = at - state.last_queue_at_s
+    if not 0.0 < elapsed <= policy.queue_growth_max_gap_s or inputs.queue_depth <= 0.0:
+        return math.nan
+    routed = inputs.routed_share if inputs.routed_share is not None else state.share * inputs.eligible_share
+    primary_share = 1.0 - min(max(routed, 0.0), 1.0)
+    if primary_share < policy.queue_growth_min_primary_share:
+        return math.nan
+    served_rps = inputs.ready_replicas * inputs.capacity_rps_per_replica
+    arrivals = (inputs.queue_depth - state.last_queue_depth) / elapsed + served_rps
+    return max(0.0, arrivals) / primary_share
+
+
+def _remember_queue(inputs: FallbackInputs, state: FallbackState) -> FallbackState:
+    """Keep the latest known queue reading (an unknown one keeps the last known: never read as 0)."""
+    if not _known(inputs.queue_depth):
+        return state
+    at = inputs.queue_read_at_s if inputs.queue_read_at_s is not None else inputs.now_s
+    if state.last_queue_at_s is not None and at <= state.last_queue_at_s:
+        return state  # the same reading again (or an older one): it still measures from the last
+    return replace(state, last_queue_depth=float(inputs.queue_depth), last_queue_at_s=at)
+
+
 def _fallback_limit(inputs: FallbackInputs, policy: FallbackPolicy) -> float:
     eligible = inputs.demand_rps * inputs.eligible_share
     if eligible <= 0.0 or math.isinf(inputs.fallback_capacity_rps):
@@ -176,10 +223,17 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
     # An ejected endpoint takes no traffic: every capacity figure below counts the routable ones only.
     inputs = replace(inputs, ready_replicas=inputs.ready_replicas - ejected)
     recent = tuple((at, rps) for at, rps in state.recent_demand if at > now - policy.demand_window_s + 1e-9)
-    if math.isfinite(inputs.demand_rps):
-        recent += ((now, inputs.demand_rps),)
-    state = replace(state, recent_demand=recent)
+    rate_rps = inputs.demand_rps
+    # While latency is over the SLO the demand is the larger of the route's rate and the arrival rate
+    # the queue's growth implies: the rate is over a window and holds only part of a surge's onset.
+    queue_rps = queue_arrival_rps(inputs, policy, state) if _over(inputs) else math.nan
+    demand_now = max((v for v in (rate_rps, queue_rps) if math.isfinite(v)), default=math.nan)
+    if math.isfinite(demand_now):
+        recent += ((now, demand_now),)
+    state = _remember_queue(inputs, replace(state, recent_demand=recent))
     inputs = replace(inputs, demand_rps=max((rps for _, rps in recent), default=0.0))
+    demand_text = (f"; {queue_rps:.1f} req/s arriving by the queue's growth (route rate "
+                   f"{rate_rps:.1f} req/s)" if math.isfinite(queue_rps) and not queue_rps <= rate_rps else "")
     over = _over(inputs)
     over_since = (state.over_since_s if state.over_since_s is not None else now) if over else None
     sustained = over_since is not None and now - over_since >= policy.entry_after_s - 1e-9
@@ -221,7 +275,7 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
             return FallbackDecision(0.0, INACTIVE, (why,), replace(state, calm_since_s=None), None, overflow)
         # A primary failing as a whole sends all it may; otherwise the overflow decides.
         share = limit if inputs.breaker_open else min(max(overflow, policy.min_share), limit)
-        reasons.append(f"diverting {share:.0%} of the fallback-eligible traffic (overflow {overflow:.0%})")
+        reasons.append(f"diverting {share:.0%} of the fallback-eligible traffic (overflow {overflow:.0%}{demand_text})")
         new = replace(state, phase=ACTIVE, share=share, since_s=now, calm_since_s=None, return_step=0, step_since_s=None)
         return FallbackDecision(share, ACTIVE, tuple(reasons), new, ENTERED, overflow)
 
@@ -280,7 +334,8 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
 
 def _restored(state: FallbackState, now: float, reason: str, overflow: float) -> FallbackDecision:
     new = FallbackState(phase=INACTIVE, since_s=now, over_since_s=state.over_since_s,
-                        recent_demand=state.recent_demand)
+                        recent_demand=state.recent_demand, last_queue_depth=state.last_queue_depth,
+                        last_queue_at_s=state.last_queue_at_s)
     return FallbackDecision(0.0, INACTIVE, (f"{reason}: all traffic back on the primary",), new, RESTORED, overflow)
 
 
@@ -303,6 +358,10 @@ def _value(reading: Reading) -> float:
     return float(reading.value) if reading.is_known else math.nan  # type: ignore[arg-type]
 
 
+def _read_at(now_s: float, reading: Reading) -> float | None:
+    return now_s - reading.age_s if reading.is_known and reading.age_s is not None else None
+
+
 def fallback_step(
     now_s: float,
     signals: PoolSignals,
@@ -316,11 +375,13 @@ def fallback_step(
     fallback_capacity_rps: float = math.inf,
     ejected_replicas: int = 0,
     breaker_open: str = "",
+    routed_share: float | None = None,
 ) -> FallbackDecision:
     """The fallback decision for one tick, from what the loop and the replay both have.
 
     `demand_rps` is the route's request rate (both pools): the primary's own rate falls while
-    traffic is diverted and is no measure of the demand. Arriving replicas are expected ready one
+    traffic is diverted and is no measure of the demand (the primary's queue growth, read with its
+    age, adds a demand that does not lag: `queue_arrival_rps`). Arriving replicas are expected ready one
     p95 cold start after they were requested, as the planner credits them.
     """
     ready = _value(signals.ready_replicas)
@@ -338,6 +399,8 @@ def fallback_step(
             arriving_ready_at_s=tuple(at + plan.cold_start_p95_s for at in arriving_requested_at_s),
             desired_replicas=int(desired) if math.isfinite(desired) else 0,
             queue_depth=_value(signals.queue_depth),
+            queue_read_at_s=_read_at(now_s, signals.queue_depth),
+            routed_share=routed_share,
             max_replicas=plan.max_replicas,
             fallback_capacity_rps=fallback_capacity_rps,
             ejected_replicas=ejected_replicas,

@@ -258,3 +258,113 @@ def test_the_breaker_picture() -> None:
     assert "system" in fallback_picture({}, "closed", "open").failing
     assert fallback_picture({}, "closed", "open", has_fallback=False).failing == ""
     assert fallback_picture({}, "closed", "open", enabled=False).failing == ""
+
+
+# --- the demand the queue's growth implies (issues 13 and 16) ----------------------------------------
+# The route's request rate is a rate over a window: at a surge's onset it holds a few seconds of the
+# surge. The primary's queue does not lag: its growth between two ticks plus what the ready replicas
+# served is the arrival rate, taken while latency is over the SLO when it is above the rate.
+
+ONSET = replace(POLICY, entry_after_s=0.0, queue_drain_s=0.0)  # no backlog term: the demand alone sizes the share
+CALM_TICK = dict(demand=10.0, ready=1, queue=0.0, latency=0.5)  # 1 replica of 10 req/s, at its base rate
+
+
+def test_a_10x_onset_enters_at_the_share_the_queue_growth_implies():
+    # The surge is 100 req/s (10x); the windowed rate reads 20 (2x); the queue grew 90 a second
+    # (arrivals 100 less the 10 the replica served), latency's window has not seen it yet.
+    calm, onset = run([CALM_TICK, dict(CALM_TICK, demand=20.0, queue=90.0 * TICK)], ONSET)
+    assert calm.phase == INACTIVE and calm.state.last_queue_depth == 0.0 and calm.state.last_queue_at_s == 0.0
+    assert onset.phase == ACTIVE and onset.event == f.ENTERED
+    assert onset.share >= 0.85  # (100 - 10) / 100; the rate alone says (20 - 10) / 20 = 0.5
+    assert onset.share == pytest.approx(0.9)
+    assert "100.0 req/s arriving by the queue's growth (route rate 20.0 req/s)" in onset.reasons[-1]
+    # The estimate is demand: it stays in the demand window like a rate would.
+    assert max(rps for _, rps in onset.state.recent_demand) == pytest.approx(100.0)
+
+
+def test_the_sandbox_surge_onset_enters_at_most_of_the_overflow():
+    # The headless demo's first tick after the surge (docs/sandbox.md, at 2x, in wall seconds): one primary
+    # replica of 13.57 req/s, ticks 7.5 s apart, the surge 40 req/s, the one-minute rate 6.9, a queue of 65.
+    demo = FallbackPolicy(entry_after_s=0.0, exit_after_s=30.0, return_step_hold_s=15.0, max_share=0.9)
+
+    def tick(now: float, rate: float, queue: float) -> FallbackInputs:
+        return FallbackInputs(now_s=now, demand_rps=rate, eligible_share=1.0, latency_s=0.2, queue_time_s=math.nan,
+                              slo_latency_s=0.5, ready_replicas=1, capacity_rps_per_replica=13.57,
+                              desired_replicas=2, queue_depth=queue, arriving_ready_at_s=(now + 30.0,))
+
+    calm = decide_fallback(tick(0.0, 4.0, 0.0), demo, FallbackState())
+    onset = decide_fallback(tick(7.5, 6.9, 65.0), demo, calm.state)
+    rate_only = decide_fallback(tick(7.5, 6.9, 65.0), demo, FallbackState())
+    assert rate_only.share == pytest.approx(0.275, abs=0.005)  # what the demo entered at
+    assert onset.phase == ACTIVE and onset.share >= 0.75  # (65 / 7.5 + 13.57) req/s arriving
+
+
+def test_a_draining_queue_does_not_inflate_the_demand():
+    # Over the SLO, 10 replicas (100 req/s), the queue down from 500 to 300: 86.7 req/s arrived, below the rate.
+    over = dict(demand=150.0, latency=2.0, arriving=(200.0,) * 5)
+    fresh = run([dict(over, queue=300.0)])[-1]
+    after_drain = run([dict(over, queue=500.0), dict(over, queue=300.0)])[-1]
+    assert after_drain.overflow_share == pytest.approx(fresh.overflow_share)
+    assert max(rps for _, rps in after_drain.state.recent_demand) == 150.0
+    assert not any("queue's growth" in reason for reason in after_drain.reasons)
+    # A queue standing still is the replicas' own rate: nothing above it.
+    standing = decide_fallback(inputs(now=15.0, demand=50.0, latency=2.0, queue=300.0), POLICY,
+                               FallbackState(last_queue_depth=300.0, last_queue_at_s=0.0))
+    assert f.queue_arrival_rps(inputs(now=15.0, queue=300.0), POLICY,
+                               FallbackState(last_queue_depth=300.0, last_queue_at_s=0.0)) == pytest.approx(100.0)
+    assert max(rps for _, rps in standing.state.recent_demand) == pytest.approx(100.0)
+
+
+def test_an_unknown_queue_falls_back_to_the_rate_and_is_never_read_as_zero():
+    first, unknown = run([CALM_TICK, dict(CALM_TICK, demand=20.0, queue=math.nan, latency=2.0)], ONSET)
+    assert unknown.share == pytest.approx(0.5)  # the rate alone: (20 - 10) / 20
+    # The last known reading stays: the next known one measures its growth from there, over 30 s: 40 req/s
+    # arrived at the primary, which had half the route (the share entered at).
+    assert (unknown.state.last_queue_depth, unknown.state.last_queue_at_s) == (0.0, 0.0)
+    later = decide_fallback(inputs(now=30.0, demand=20.0, ready=1, queue=900.0, latency=2.0), ONSET, unknown.state)
+    assert f.queue_arrival_rps(inputs(now=30.0, ready=1, queue=900.0), ONSET, unknown.state) == pytest.approx(80.0)
+    assert later.share == pytest.approx((80.0 - 10.0) / 80.0)
+    # No earlier reading (a fresh state), or one too old: the rate alone.
+    assert math.isnan(f.queue_arrival_rps(inputs(now=15.0, ready=1, queue=900.0), ONSET, FallbackState()))
+    old = FallbackState(last_queue_depth=0.0, last_queue_at_s=-100.0)
+    assert math.isnan(f.queue_arrival_rps(inputs(now=15.0, ready=1, queue=900.0), ONSET, old))
+
+
+def test_queue_growth_counts_only_while_over_the_slo_and_with_a_queue():
+    # Latency fine and no wait: a growing but short queue is no demand estimate.
+    state = FallbackState(last_queue_depth=0.0, last_queue_at_s=0.0)
+    calm = decide_fallback(inputs(now=15.0, demand=50.0, queue=30.0, latency=0.2), POLICY, state)
+    assert max(rps for _, rps in calm.state.recent_demand) == 50.0
+    # An empty queue says the replicas were not all busy: their capacity is no measure of the arrivals.
+    assert math.isnan(f.queue_arrival_rps(inputs(now=15.0, queue=0.0), POLICY, state))
+
+
+def test_the_primarys_arrivals_are_scaled_to_the_route_by_what_it_took():
+    # Active at 50 %: the primary got half the route. Its queue grew 20 a second over its 100 req/s: 120
+    # arrived at the primary, 240 at the route.
+    state = FallbackState(phase=ACTIVE, share=0.5, last_queue_depth=0.0, last_queue_at_s=0.0)
+    grown = inputs(now=15.0, queue=300.0, latency=2.0)
+    assert f.queue_arrival_rps(grown, POLICY, state) == pytest.approx(240.0)
+    # What the route really had (an entry waiting for approval left it all on the primary) wins.
+    assert f.queue_arrival_rps(replace(grown, routed_share=0.0), POLICY, state) == pytest.approx(120.0)
+    # A primary that took (almost) nothing says nothing about the route.
+    assert math.isnan(f.queue_arrival_rps(replace(grown, routed_share=0.99), POLICY, state))
+
+
+def test_fallback_step_times_the_queue_by_its_reading_and_a_repeated_reading_adds_nothing():
+    plan = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=40, slo_latency_s=1.0, slo_signal="ttft_p95_s",
+                    cold_start_p95_s=90.0)
+    policy = replace(ONSET, demand_window_s=1.0)  # the rate of this tick alone
+
+    def signals(queue: float, age: float) -> PoolSignals:
+        return PoolSignals(pool="chat", ttft_p95_s=Reading(0.5, age), queue_depth=Reading(queue, age),
+                           ready_replicas=Reading(1, age), desired_replicas=Reading(2, age))
+
+    calm = fallback_step(0.0, signals(0.0, 0.0), plan, FallbackState(), policy, demand_rps=10.0, eligible_share=1.0)
+    # Read 5 s before this tick at 15 s: 90 a second over 10 s.
+    onset = fallback_step(15.0, signals(900.0, 5.0), plan, calm.state, policy, demand_rps=20.0, eligible_share=1.0)
+    assert onset.state.last_queue_at_s == 10.0 and onset.share == pytest.approx(0.9)
+    # The loop did not read again: the same sample, older, is no growth (and the last reading stays).
+    again = fallback_step(20.0, signals(900.0, 10.0), plan,
+                          replace(onset.state, phase=INACTIVE, share=0.0), policy, demand_rps=20.0, eligible_share=1.0)
+    assert again.state.last_queue_at_s == 10.0 and again.share == pytest.approx(0.5)
