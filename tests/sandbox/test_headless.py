@@ -78,6 +78,9 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
         assert activation["finished_s"] is None or activation["finished_s"] >= activation["entered_s"]
     assert [e["kind"] for e in fallback["events"]][:1] in ([], ["entered"])
     assert (report["fallback_share"] > 0) <= bool(fallback["activations"])  # nothing reaches it unless diverted
+    assert report["second_tick_after_surge_s"] >= scenarios.SURGE_START_S
+    assert 0.0 <= report["slo_attainment_after_second_tick"] <= 1.0 and 0.0 <= report["slo_attainment_surge"] <= 1.0
+    assert report["baseline"]["second_tick_after_surge_s"] == report["second_tick_after_surge_s"]
     missed = sum(bucket["missed"] for bucket in report["misses_by_15s"])
     assert missed == round((1 - report["slo_attainment"]) * report["requests"]["sent"])
     assert report["incidents"]["count"] == len(report["incidents"]["items"])
@@ -161,3 +164,19 @@ def test_misses_are_bucketed_by_due_time_and_by_the_pool_that_answered() -> None
         {"from_s": 0.0, "sent": 2, "missed": 1, "by_pool": {"a": 1}},
         {"from_s": 15.0, "sent": 2, "missed": 2, "by_pool": {"b": 1, "failed": 1}},
     ]
+
+
+def test_attainment_is_also_counted_in_the_surge_and_from_the_second_tick_after_its_onset() -> None:
+    start = scenarios.SURGE_START_S
+    # The first tick at or after the onset sees the overload; the second is the first sized on it.
+    assert headless.second_tick_after_surge_s([start - 15.0, start + 4.7, start + 19.6, start + 34.7]) == start + 19.6
+    assert headless.second_tick_after_surge_s([start - 15.0, start + 4.7]) == start + 2 * headless.TICK_EVERY_S
+    records = [RequestRecord(start - 10.0, "200", 0.2, 0.1, "a"),  # before the surge: met
+               RequestRecord(start + 1.0, "200", 0.9, 0.3, "a"),  # 1.2 s at 4x: missed
+               RequestRecord(start + 20.0, "200", 0.2, 0.1, "b"),
+               RequestRecord(start + 30.0, "timeout", None, None, None),  # failed: missed
+               RequestRecord(scenarios.SURGE_END_S + 1.0, "200", 0.2, 0.1, "a")]
+    assert headless.slo_attainment_from(records, 4.0, 1.0, start + 19.6) == pytest.approx(2 / 3, abs=1e-4)
+    assert headless.slo_attainment_from(records, 4.0, 1.0, scenarios.SURGE_END_S + 60.0) is None
+    latency = headless._latency(records, 4.0, 1.0)
+    assert latency["slo_attainment"] == 0.6 and latency["slo_attainment_surge"] == pytest.approx(1 / 3, abs=1e-4)
