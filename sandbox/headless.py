@@ -133,7 +133,7 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
     progress(retire_previous())
     on_call = User.objects.get(username=ON_CALL_USER)
     approved_by_on_call: set[int] = set()
-    ticks_s: list[float] = []  # scenario time of each Headroom loop tick
+    ticks_s: list[float] = []  # scenario time each Headroom loop tick ended
 
     def headroom(stop: threading.Event, clock: _Clock, sandbox: Sandbox) -> None:
         progress(register(sandbox, team_slug=options.team_slug))
@@ -199,10 +199,10 @@ def _gpu_hours(run: SandboxRun, spec: Any) -> float:
 
 
 def second_tick_after_surge_s(ticks_s: list[float]) -> float:
-    """When the second Headroom tick after the surge's onset ran (scenario s): the first tick sees the
-    overload, the fallback's share is sized on it, and only requests due after the second tick can be
-    judged on the share (docs/sandbox.md). The schedule's time (onset + two ticks) when the loop did
-    not tick twice."""
+    """When the second Headroom tick after the surge's onset ended (scenario s): the first one done after
+    the onset is the first that can have seen it and entered the fallback, and requests due after the
+    second are the ones a share sized on the surge should serve (docs/sandbox.md). The schedule's time
+    (onset + two ticks) when the loop did not tick twice."""
     after = [at for at in ticks_s if at >= SURGE_START_S]
     return round(after[1], 1) if len(after) >= 2 else SURGE_START_S + 2 * TICK_EVERY_S
 
@@ -335,8 +335,8 @@ def _loop(stop: threading.Event, clock: _Clock, options: HeadlessOptions, on_cal
         try:
             close_old_connections()
             _approve_waiting(clock, options, on_call, approved, progress)
-            ticks_s.append(clock.now_s())
             beat.run_once(lambda line: progress(f"t={clock.now_s():.0f} s  {line}"))
+            ticks_s.append(clock.now_s())  # when the tick's decisions are on the route (a tick takes seconds)
             for event in FallbackEvent.objects.filter(activation__pool__cluster__name=CLUSTER_NAME,
                                                       pk__gt=said_event).order_by("pk"):
                 said_event = event.pk
