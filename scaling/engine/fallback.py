@@ -47,8 +47,10 @@ class FallbackPolicy:
     # Within this many seconds two queue readings give an arrival rate (queue growth plus what the
     # ready replicas served); a longer gap averages an onset away.
     queue_growth_max_gap_s: float = 60.0
-    # The primary's share of the route below which its queue says too little about the route's demand.
-    queue_growth_min_primary_share: float = 0.05
+    # The primary's share of the route below which its queue says too little about the route's demand:
+    # the route's rate is the primary's over its share, which multiplies any error in what the replicas
+    # served (their capacity at the SLO, not a measure) by 1 / share (at 10 %, a 2 req/s error is 20).
+    queue_growth_min_primary_share: float = 0.5
     max_share: float = 1.0  # of the traffic that may fall back
     return_steps: tuple[float, ...] = (0.5, 0.25, 0.0)  # the share at return start times these, in turn
     return_step_hold_s: float = 60.0
@@ -114,7 +116,7 @@ class FallbackState:
     return_from: float = 0.0  # the share when the return began
     return_step: int = 0  # index into return_steps
     step_since_s: float | None = None
-    recent_demand: tuple[tuple[float, float], ...] = ()  # (time, demand) inside demand_window_s
+    recent_demand: tuple[tuple[float, float], ...] = ()  # (time, route rate) inside demand_window_s
     # The primary's last known queue depth and when it was read: its growth to the next reading is an
     # arrival rate that does not lag (`queue_arrival_rps`).
     last_queue_depth: float | None = None
@@ -226,12 +228,14 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
     rate_rps = inputs.demand_rps
     # While latency is over the SLO the demand is the larger of the route's rate and the arrival rate
     # the queue's growth implies: the rate is over a window and holds only part of a surge's onset.
+    # The estimate is this tick's alone (the window keeps measured rates): it sizes the entry and the
+    # share's rise, which then holds, and an estimate too high for one tick does not cap the share by
+    # the fallback's capacity for a minute.
     queue_rps = queue_arrival_rps(inputs, policy, state) if _over(inputs) else math.nan
-    demand_now = max((v for v in (rate_rps, queue_rps) if math.isfinite(v)), default=math.nan)
-    if math.isfinite(demand_now):
-        recent += ((now, demand_now),)
+    if math.isfinite(rate_rps):
+        recent += ((now, rate_rps),)
     state = _remember_queue(inputs, replace(state, recent_demand=recent))
-    inputs = replace(inputs, demand_rps=max((rps for _, rps in recent), default=0.0))
+    inputs = replace(inputs, demand_rps=max([rps for _, rps in recent] + [queue_rps if math.isfinite(queue_rps) else 0.0]))
     demand_text = (f"; {queue_rps:.1f} req/s arriving by the queue's growth (route rate "
                    f"{rate_rps:.1f} req/s)" if math.isfinite(queue_rps) and not queue_rps <= rate_rps else "")
     over = _over(inputs)

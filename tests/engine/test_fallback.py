@@ -278,8 +278,11 @@ def test_a_10x_onset_enters_at_the_share_the_queue_growth_implies():
     assert onset.share >= 0.85  # (100 - 10) / 100; the rate alone says (20 - 10) / 20 = 0.5
     assert onset.share == pytest.approx(0.9)
     assert "100.0 req/s arriving by the queue's growth (route rate 20.0 req/s)" in onset.reasons[-1]
-    # The estimate is demand: it stays in the demand window like a rate would.
-    assert max(rps for _, rps in onset.state.recent_demand) == pytest.approx(100.0)
+    # The window keeps the measured rate: the estimate sizes this tick, and the share it set holds.
+    assert max(rps for _, rps in onset.state.recent_demand) == 20.0
+    held = decide_fallback(inputs(now=2 * TICK, demand=40.0, ready=1, queue=90.0 * TICK, latency=2.0), ONSET,
+                           onset.state)
+    assert held.phase == ACTIVE and held.share == pytest.approx(0.9)
 
 
 def test_the_sandbox_surge_onset_enters_at_most_of_the_overflow():
@@ -308,11 +311,11 @@ def test_a_draining_queue_does_not_inflate_the_demand():
     assert max(rps for _, rps in after_drain.state.recent_demand) == 150.0
     assert not any("queue's growth" in reason for reason in after_drain.reasons)
     # A queue standing still is the replicas' own rate: nothing above it.
-    standing = decide_fallback(inputs(now=15.0, demand=50.0, latency=2.0, queue=300.0), POLICY,
-                               FallbackState(last_queue_depth=300.0, last_queue_at_s=0.0))
-    assert f.queue_arrival_rps(inputs(now=15.0, queue=300.0), POLICY,
-                               FallbackState(last_queue_depth=300.0, last_queue_at_s=0.0)) == pytest.approx(100.0)
-    assert max(rps for _, rps in standing.state.recent_demand) == pytest.approx(100.0)
+    standing = FallbackState(last_queue_depth=300.0, last_queue_at_s=0.0)
+    assert f.queue_arrival_rps(inputs(now=15.0, queue=300.0), POLICY, standing) == pytest.approx(100.0)
+    rate_only = decide_fallback(inputs(now=15.0, demand=100.0, latency=2.0, queue=300.0), POLICY, FallbackState())
+    assert decide_fallback(inputs(now=15.0, demand=50.0, latency=2.0, queue=300.0), POLICY,
+                           standing).overflow_share == pytest.approx(rate_only.overflow_share)
 
 
 def test_an_unknown_queue_falls_back_to_the_rate_and_is_never_read_as_zero():
@@ -347,8 +350,25 @@ def test_the_primarys_arrivals_are_scaled_to_the_route_by_what_it_took():
     assert f.queue_arrival_rps(grown, POLICY, state) == pytest.approx(240.0)
     # What the route really had (an entry waiting for approval left it all on the primary) wins.
     assert f.queue_arrival_rps(replace(grown, routed_share=0.0), POLICY, state) == pytest.approx(120.0)
-    # A primary that took (almost) nothing says nothing about the route.
-    assert math.isnan(f.queue_arrival_rps(replace(grown, routed_share=0.99), POLICY, state))
+    # A primary that took less than half says too little about the route: an error in what its replicas
+    # served would be multiplied by more than 2.
+    assert math.isnan(f.queue_arrival_rps(replace(grown, routed_share=0.6), POLICY, state))
+
+
+def test_a_queue_draining_slower_than_the_capacity_says_does_not_cut_an_active_share():
+    # The headless demo's first try (2x, wall seconds): active at 90 %, the one primary replica kept 10 %
+    # of the 40 req/s and its queue of 125 drained by 5 in 7.5 s, where its capacity at the SLO (13.57)
+    # says 9.6 a second. Scaled by the primary's 10 %, that read as 129 req/s, and the fallback's 5
+    # replicas (47 req/s at 85 %) capped the share at 37 %: 60 % of the surge went to the primary.
+    demo = FallbackPolicy(entry_after_s=0.0, exit_after_s=30.0, return_step_hold_s=15.0, max_share=0.9)
+    state = FallbackState(phase=ACTIVE, share=0.9, since_s=0.0, over_since_s=0.0, recent_demand=((0.0, 28.9),),
+                          last_queue_depth=125.0, last_queue_at_s=0.0)
+    later = FallbackInputs(now_s=7.5, demand_rps=20.0, eligible_share=1.0, latency_s=4.0, queue_time_s=4.0,
+                           slo_latency_s=0.5, ready_replicas=1, capacity_rps_per_replica=13.57, desired_replicas=3,
+                           queue_depth=120.0, fallback_capacity_rps=5 * 11.12, routed_share=0.9)
+    assert math.isnan(f.queue_arrival_rps(later, demo, state))
+    decision = decide_fallback(later, demo, state)
+    assert decision.phase == ACTIVE and decision.share == pytest.approx(0.9)
 
 
 def test_fallback_step_times_the_queue_by_its_reading_and_a_repeated_reading_adds_nothing():
