@@ -221,8 +221,11 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
                 for s in range(t, end):
                     smoothed_work += (work - smoothed_work) * smoothing
                     load[s] = smoothed_work / capacity
-                tick_sent += arriving * skip
-                tick_work += work * skip
+                    # One step at a time, as a step that is not skipped adds them: the rate a policy
+                    # observes must not depend on whether its pool's state let steps be skipped (then
+                    # every pool size replaying the same arrivals observes the same rates, to the bit).
+                    tick_sent += arriving
+                    tick_work += work
                 decoding = top + arriving
                 prefilling = work / step_s
                 t = end
