@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from scaling.engine.constants import default
@@ -347,9 +348,15 @@ def _queue_with_none_ready(signals: PoolSignals, ready: int | None) -> float | N
     return float(signals.queue_depth.value) if ready == 0 and signals.queue_depth.is_known else None  # type: ignore[arg-type]
 
 
+@lru_cache(maxsize=256)
+def _queue_policy(queue: QueueDepthPolicy, min_replicas: int, max_replicas: int) -> QueueDepthPolicy:
+    """The pool's queue policy within its bounds (frozen: built once per bounds, not every tick)."""
+    return replace(queue, min_replicas=min_replicas, max_replicas=max_replicas)
+
+
 def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None,
                   capacity_rps: float) -> tuple[Term, HpaState]:
-    policy = replace(pool.queue, min_replicas=pool.min_replicas, max_replicas=pool.max_replicas)
+    policy = _queue_policy(pool.queue, pool.min_replicas, pool.max_replicas)
     waiting = _waiting_per_ready(inputs.signals, ready)
     known = [v for v in waiting if v is not None]
     numbers = {"waiting_total": float(sum(known)), "ready_with_queue": float(len(known)),

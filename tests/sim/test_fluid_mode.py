@@ -62,3 +62,14 @@ def test_a_ticks_latency_percentiles_are_the_bucketed_ones():
         positions = np.searchsorted(bucketed, np.array((0.5, 0.95, 0.99)) * bucketed[-1])
         step = np.log1p(result.QUANTILE_RESOLUTION)
         assert sorted_answer == [float(1e-6 * np.exp((p + 0.5) * step)) for p in positions]
+
+
+def test_every_pool_size_observes_the_same_arrival_rates_to_the_bit() -> None:
+    """A tick's observed rate is the arrivals added one step at a time, whether or not the pool's state let
+    fluid mode skip steps: the warm-pool report's sizes share forecasts made from these rates."""
+    rng = np.random.default_rng(3)
+    trace = RateTrace("steps", np.arange(0, 7200, 600.0), 600.0, np.round(rng.uniform(5, 60, 12), 3) + 0.1)
+    observed = {replicas: [s.arrival_rate_rps for s in run_fluid_mode(trace, CONFIG, StaticPolicy(replicas)).samples]
+                for replicas in (6, 9, 14, 30)}
+    assert len(observed[6]) == 480
+    assert all(rates == observed[6] for rates in observed.values())
