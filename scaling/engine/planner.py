@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 from scaling.engine.constants import default
@@ -348,10 +347,19 @@ def _queue_with_none_ready(signals: PoolSignals, ready: int | None) -> float | N
     return float(signals.queue_depth.value) if ready == 0 and signals.queue_depth.is_known else None  # type: ignore[arg-type]
 
 
-@lru_cache(maxsize=256)
+_QUEUE_POLICIES: dict[tuple[int, int], tuple[QueueDepthPolicy, QueueDepthPolicy]] = {}
+
+
 def _queue_policy(queue: QueueDepthPolicy, min_replicas: int, max_replicas: int) -> QueueDepthPolicy:
-    """The pool's queue policy within its bounds (frozen: built once per bounds, not every tick)."""
-    return replace(queue, min_replicas=min_replicas, max_replicas=max_replicas)
+    """The pool's queue policy within its bounds: built once per bounds, not every tick (the pool's
+    policy is the same object tick after tick; hashing it would cost more than building it)."""
+    cached = _QUEUE_POLICIES.get((min_replicas, max_replicas))
+    if cached is None or (cached[0] is not queue and cached[0] != queue):
+        if len(_QUEUE_POLICIES) >= 256:
+            _QUEUE_POLICIES.clear()
+        cached = _QUEUE_POLICIES[(min_replicas, max_replicas)] = (
+            queue, replace(queue, min_replicas=min_replicas, max_replicas=max_replicas))
+    return cached[1]
 
 
 def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None,

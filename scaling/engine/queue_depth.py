@@ -62,20 +62,29 @@ def _pods(ready: int, arriving: int) -> tuple[Pod, ...]:
             + tuple(Pod(name=f"arriving-{i}", phase=PENDING, ready=False) for i in range(arriving)))
 
 
-@lru_cache(maxsize=64)
+# Built once per policy: hashing a frozen policy (its behaviour's rules) every tick costs more than the spec.
+_HPA_SPECS: dict[tuple[int, int, float, float], tuple[Behavior, HpaSpec, ControllerOptions]] = {}
+
+
 def _hpa_spec(policy: QueueDepthPolicy) -> tuple[HpaSpec, ControllerOptions]:
-    """The HPA's spec and options for a queue-depth policy (frozen, so built once per policy)."""
-    spec = HpaSpec(
-        max_replicas=policy.max_replicas,
-        min_replicas=policy.min_replicas,
-        metrics=(
-            MetricSpec(
-                "Pods", MetricTarget("AverageValue", average_value_milli=round(policy.target_waiting_per_replica * 1000))
+    """The HPA's spec and options for a queue-depth policy (the same policy every tick of a pool)."""
+    key = (policy.min_replicas, policy.max_replicas, policy.target_waiting_per_replica, policy.tolerance)
+    cached = _HPA_SPECS.get(key)
+    if cached is None or (cached[0] is not policy.behavior and cached[0] != policy.behavior):
+        spec = HpaSpec(
+            max_replicas=policy.max_replicas,
+            min_replicas=policy.min_replicas,
+            metrics=(
+                MetricSpec(
+                    "Pods", MetricTarget("AverageValue", average_value_milli=round(policy.target_waiting_per_replica * 1000))
+                ),
             ),
-        ),
-        behavior=policy.behavior,
-    )
-    return spec, ControllerOptions(tolerance=policy.tolerance)
+            behavior=policy.behavior,
+        )
+        if len(_HPA_SPECS) >= 256:
+            _HPA_SPECS.clear()
+        cached = _HPA_SPECS[key] = (policy.behavior, spec, ControllerOptions(tolerance=policy.tolerance))
+    return cached[1], cached[2]
 
 
 def decide_on_queue_depth(
