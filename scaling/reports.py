@@ -29,7 +29,8 @@ from scaling.engine.planner import PoolPlan
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.fluid_mode import run_fluid_mode
 from scaling.sim.policies.base import Observation
-from scaling.sim.policies.headroom import HeadroomPolicy, measured_capacity_rps, pool_plan_for
+from scaling.sim.policies.headroom import (ForecastsDiverged, HeadroomPolicy, SharedForecasts, measured_capacity_rps,
+                                           pool_plan_for)
 from scaling.engine.fallback import FallbackPolicy
 from scaling.sim.profiles import PoolProfile
 from scaling.sim.request_mode import run_request_mode
@@ -327,7 +328,11 @@ def _config(spec: ReportSpec) -> SimConfig:
 @dataclass
 class _DayPeakState:
     inner: Any  # the headroom policy's state
-    minute_peaks: deque[tuple[float, float]] = field(default_factory=deque)  # (minute start, highest rate)
+    # (minute start, highest rate) of the last 24 hours' minutes that may still be the highest: each
+    # entry's rate is above every later one's (a sliding-window maximum, O(1) a tick instead of a
+    # pass over 1,440 minutes, which was a third of a 7-day report's CPU).
+    minute_peaks: deque[tuple[float, float]] = field(default_factory=deque)
+    policies: dict[int, HeadroomPolicy] = field(default_factory=dict)  # by floor: built once, not every tick
 
 
 @dataclass(frozen=True)
@@ -350,38 +355,54 @@ class DayPeakFloor:
         minute = now // 60.0 * 60.0
         peaks, rate = state.minute_peaks, observation.arrival_rate_rps
         if peaks and peaks[-1][0] == minute:
-            peaks[-1] = (minute, max(peaks[-1][1], rate))
-        else:
-            peaks.append((minute, rate))
+            rate = max(peaks[-1][1], rate)
+            peaks.pop()
+        while peaks and peaks[-1][1] <= rate:  # never the highest again while this minute is in the window
+            peaks.pop()
+        peaks.append((minute, rate))
         while peaks[0][0] <= now - DAY_S:
             peaks.popleft()
-        peak = max(self.seed_peak_rps, max(value for _, value in peaks))
+        peak = max(self.seed_peak_rps, peaks[0][1])
         pool = self.base.pool
         floor = min(pool.max_replicas, max(pool.min_replicas,
                                            math.ceil(self.share * peak / pool.capacity_rps_per_replica - 1e-9)))
-        policy = self.base if floor == pool.min_replicas else replace(self.base, pool=replace(pool, min_replicas=floor))
+        policy = state.policies.get(floor)
+        if policy is None:
+            policy = self.base if floor == pool.min_replicas else replace(self.base, pool=replace(pool, min_replicas=floor))
+            state.policies[floor] = policy
         return policy.decide(now, observation, state.inner)
 
 
 def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str, seed_peak_rps: float = 0.0,
-               base_warm_pct: float = 0.0) -> HeadroomPolicy | DayPeakFloor:
+               base_warm_pct: float = 0.0, forecasts: SharedForecasts | None = None) -> HeadroomPolicy | DayPeakFloor:
     if peak_basis not in PEAK_BASES:
         raise ReportInputError(f"peak: {peak_basis!r} is not one of {', '.join(PEAK_BASES)}")
     if peak_basis == "forecast":
-        return HeadroomPolicy(replace(plan, warm_pool_fraction=warm_pct / 100.0))
-    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=base_warm_pct / 100.0)), warm_pct / 100.0,
-                        seed_peak_rps)
+        return HeadroomPolicy(replace(plan, warm_pool_fraction=warm_pct / 100.0), forecasts=forecasts)
+    return DayPeakFloor(HeadroomPolicy(replace(plan, warm_pool_fraction=base_warm_pct / 100.0), forecasts=forecasts),
+                        warm_pct / 100.0, seed_peak_rps)
 
 
 def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: float, peak_basis: str = "forecast",
             progress: Callable[[float, float], None] | None = None, mode: str = "fluid",
-            seed_peak_rps: float = 0.0, route: FallbackRoute | None = None, base_warm_pct: float = 0.0) -> SimResult:
-    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct)
+            seed_peak_rps: float = 0.0, route: FallbackRoute | None = None, base_warm_pct: float = 0.0,
+            forecasts: SharedForecasts | None = None) -> SimResult:
+    """One size. With `forecasts` reading a recording, a replay whose arrivals turn out not to be the
+    recorded ones is replayed again with its own forecasts."""
+    if forecasts is not None and (route is not None or mode != "fluid"):
+        forecasts = None  # only fluid mode observes the same arrivals at every size, to the bit
+    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct, forecasts)
     if route is not None:
         return run_route_mode(workload, config, policy, route, progress)
     if mode == "request":
         return run_request_mode(workload, config, policy, progress)
-    return run_fluid_mode(workload, config, policy, progress, misses_by_minute=True)
+    try:
+        return run_fluid_mode(workload, config, policy, progress, misses_by_minute=True)
+    except ForecastsDiverged:
+        if forecasts is None or forecasts.recording:
+            raise
+        return _replay(workload, config, plan, warm_pct, peak_basis, progress, mode, seed_peak_rps, route,
+                       base_warm_pct)
 
 
 def fallback_route(spec: ReportSpec, config: SimConfig, plan: PoolPlan, workload: Workload,
@@ -447,20 +468,26 @@ def _size_result(warm_pct: float, result: SimResult, series: MinuteSeries, spec:
     )
 
 
-def _replay_size(job: tuple[Workload, ReportSpec, PoolPlan, float, FallbackRoute | None]) -> tuple[SimResult, MinuteSeries]:
+Job = tuple[Workload, ReportSpec, PoolPlan, float, FallbackRoute | None, SharedForecasts | None]
+
+
+def _replay_size(job: Job, progress: Callable[[float, float], None] | None = None) -> tuple[SimResult, MinuteSeries]:
     """One size, start to finish (a top-level function so a process pool can run it)."""
-    workload, spec, plan, warm_pct, route = job
-    result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis, mode=spec.mode,
-                     seed_peak_rps=spec.day_peak_seed_rps, route=route, base_warm_pct=spec.base_warm_pct)
+    workload, spec, plan, warm_pct, route, forecasts = job
+    result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis, progress, mode=spec.mode,
+                     seed_peak_rps=spec.day_peak_seed_rps, route=route, base_warm_pct=spec.base_warm_pct,
+                     forecasts=forecasts)
     return result, _minute_series(result, spec.warmup_s, workload.span_s)
 
 
 def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None = None,
                recorded: Recorded | None = None, plan: PoolPlan | None = None, workers: int = 1,
-               fallback_capacity_rps: float | None = None) -> Report:
+               fallback_capacity_rps: float | None = None, share_forecasts: bool = True) -> Report:
     """Replay every size (and, when the pool has a fallback model, every size with it) and assemble
     the report. `plan` and `fallback_capacity_rps` skip the load tests (tests); `workers` > 1 replays in parallel processes
-    (progress then moves once per finished replay)."""
+    (progress then moves once per finished replay). With `share_forecasts` the first size records the
+    decide step's forecasts and the other sizes of fluid mode read them (`SharedForecasts`: the same
+    decisions, the forecasts computed once instead of once per size)."""
     started = time.perf_counter()
     if workload.span_s <= spec.warmup_s + RATE_BIN_S:
         raise ReportInputError(f"the traffic lasts {workload.span_s:.0f} s: too short for a "
@@ -486,22 +513,26 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
         report_progress((steps - len(replays)) / steps)
     done_before = steps - len(replays)
     outcomes: dict[tuple[float, bool], tuple[SimResult, MinuteSeries]] = {}
-    jobs = [(workload, spec, plan, size, route if on_fallback else None) for size, on_fallback in replays]
-    if workers > 1:
+    shared = SharedForecasts() if share_forecasts and spec.mode == "fluid" else None
+    jobs: list[Job] = [(workload, spec, plan, size, route if on_fallback else None, None if on_fallback else shared)
+                       for size, on_fallback in replays]
+    for number, (key, job) in enumerate(zip(replays, jobs)):
+        if workers > 1 and (shared is None or not shared.recording):
+            break  # the rest in parallel, once the first size has recorded the forecasts
+
+        def within(done_s: float, total_s: float, number: int = number) -> None:
+            report_progress((done_before + number + done_s / max(total_s, 1.0)) / steps)
+
+        outcomes[key] = _replay_size(job, within)
+        if job[5] is not None:
+            job[5].recording = False  # recorded: the next sizes read it
+        report_progress((done_before + number + 1) / steps)
+    if len(outcomes) < len(replays):
+        left = [(key, job) for key, job in zip(replays, jobs) if key not in outcomes]
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for key, outcome in zip(replays, pool.map(_replay_size, jobs)):
+            for (key, _), outcome in zip(left, pool.map(_replay_size, [job for _, job in left])):
                 outcomes[key] = outcome
                 report_progress((done_before + len(outcomes)) / steps)
-    else:
-        for number, (key, job) in enumerate(zip(replays, jobs)):
-            def within(done_s: float, total_s: float, number: int = number) -> None:
-                report_progress((done_before + number + done_s / max(total_s, 1.0)) / steps)
-
-            workload_, spec_, plan_, size, route_ = job
-            result = _replay(workload_, config, plan_, size, spec_.peak_basis, within, spec_.mode,
-                             spec_.day_peak_seed_rps, route_, spec_.base_warm_pct)
-            outcomes[key] = (result, _minute_series(result, spec.warmup_s, workload.span_s))
-            report_progress((done_before + number + 1) / steps)
     rows = [_size_result(size, *outcomes[(size, False)], spec) for size in sizes]
     series = {size: outcomes[(size, False)][1] for size in sizes}
     scored_s = workload.span_s - spec.warmup_s

@@ -76,6 +76,16 @@ class PoolHistory(Protocol):
         ...
 
 
+class ForecastSource(Protocol):
+    """Where a decide step's forecasts come from: `forecasts` (the forecasters kept in the state), or a
+    replay's recording of them, shared by replays of the same arrivals (`scaling/sim/policies/headroom.py`,
+    `SharedForecasts`). Same arguments and answer as `forecasts`."""
+
+    def __call__(self, history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: float, state: DecideState
+                 ) -> tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray, DecideState]:
+        ...
+
+
 @dataclass(frozen=True)
 class SeasonalCache:
     """The last 30-minute forecast and the end of the 10-minute bin it was made at."""
@@ -270,11 +280,12 @@ def arriving_ready_in(requested_at: list[float], arriving: int, now_s: float, co
 
 
 def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideState, history: PoolHistory,
-           windows: tuple[ScheduleWindow, ...] = ()) -> Step:
-    """Forecast from the history, assemble the planner's input and plan: the one decide step."""
+           windows: tuple[ScheduleWindow, ...] = (), forecast_source: ForecastSource | None = None) -> Step:
+    """Forecast from the history, assemble the planner's input and plan: the one decide step.
+    `forecast_source` replaces `forecasts` (a replay reading forecasts recorded once for many)."""
     rate = signals.request_rate_rps
     rate_now = float(rate.value) if rate.is_known else math.nan  # type: ignore[arg-type]
-    lead, peak, recent, state = forecasts(history, pool, now_s, rate_now, state)
+    lead, peak, recent, state = (forecast_source or forecasts)(history, pool, now_s, rate_now, state)
     arriving = signals.arriving_replicas
     arriving_count = planner.replica_count(arriving) or 0  # unknown or absurd: none credited
     inputs = PlanInput(

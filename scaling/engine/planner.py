@@ -347,9 +347,24 @@ def _queue_with_none_ready(signals: PoolSignals, ready: int | None) -> float | N
     return float(signals.queue_depth.value) if ready == 0 and signals.queue_depth.is_known else None  # type: ignore[arg-type]
 
 
+_QUEUE_POLICIES: dict[tuple[int, int], tuple[QueueDepthPolicy, QueueDepthPolicy]] = {}
+
+
+def _queue_policy(queue: QueueDepthPolicy, min_replicas: int, max_replicas: int) -> QueueDepthPolicy:
+    """The pool's queue policy within its bounds: built once per bounds, not every tick (the pool's
+    policy is the same object tick after tick; hashing it would cost more than building it)."""
+    cached = _QUEUE_POLICIES.get((min_replicas, max_replicas))
+    if cached is None or (cached[0] is not queue and cached[0] != queue):
+        if len(_QUEUE_POLICIES) >= 256:
+            _QUEUE_POLICIES.clear()
+        cached = _QUEUE_POLICIES[(min_replicas, max_replicas)] = (
+            queue, replace(queue, min_replicas=min_replicas, max_replicas=max_replicas))
+    return cached[1]
+
+
 def reactive_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int, ready: int | None,
                   capacity_rps: float) -> tuple[Term, HpaState]:
-    policy = replace(pool.queue, min_replicas=pool.min_replicas, max_replicas=pool.max_replicas)
+    policy = _queue_policy(pool.queue, pool.min_replicas, pool.max_replicas)
     waiting = _waiting_per_ready(inputs.signals, ready)
     known = [v for v in waiting if v is not None]
     numbers = {"waiting_total": float(sum(known)), "ready_with_queue": float(len(known)),

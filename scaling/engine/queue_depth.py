@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from scaling.engine.hpa_spec import (
     DEFAULT_SCALE_UP_RULES,
@@ -53,6 +54,39 @@ class QueueDepthDecision:
     state: HpaState
 
 
+@lru_cache(maxsize=256)
+def _pods(ready: int, arriving: int) -> tuple[Pod, ...]:
+    """The HPA's pods for a pool of `ready` ready and `arriving` loading replicas (built once: every tick
+    of a replay asks for the same few)."""
+    return (tuple(Pod(name=f"ready-{i}") for i in range(ready))
+            + tuple(Pod(name=f"arriving-{i}", phase=PENDING, ready=False) for i in range(arriving)))
+
+
+# Built once per policy: hashing a frozen policy (its behaviour's rules) every tick costs more than the spec.
+_HPA_SPECS: dict[tuple[int, int, float, float], tuple[Behavior, HpaSpec, ControllerOptions]] = {}
+
+
+def _hpa_spec(policy: QueueDepthPolicy) -> tuple[HpaSpec, ControllerOptions]:
+    """The HPA's spec and options for a queue-depth policy (the same policy every tick of a pool)."""
+    key = (policy.min_replicas, policy.max_replicas, policy.target_waiting_per_replica, policy.tolerance)
+    cached = _HPA_SPECS.get(key)
+    if cached is None or (cached[0] is not policy.behavior and cached[0] != policy.behavior):
+        spec = HpaSpec(
+            max_replicas=policy.max_replicas,
+            min_replicas=policy.min_replicas,
+            metrics=(
+                MetricSpec(
+                    "Pods", MetricTarget("AverageValue", average_value_milli=round(policy.target_waiting_per_replica * 1000))
+                ),
+            ),
+            behavior=policy.behavior,
+        )
+        if len(_HPA_SPECS) >= 256:
+            _HPA_SPECS.clear()
+        cached = _HPA_SPECS[key] = (policy.behavior, spec, ControllerOptions(tolerance=policy.tolerance))
+    return cached[1], cached[2]
+
+
 def decide_on_queue_depth(
     waiting_per_ready_replica: Sequence[float | None],
     arriving_replicas: int,
@@ -69,24 +103,13 @@ def decide_on_queue_depth(
     """
     if not any(value is not None and math.isfinite(value) for value in waiting_per_ready_replica):
         return QueueDepthDecision(None, None, "QueueDepthUnknown", state)
-    pods = [Pod(name=f"ready-{i}") for i in range(len(waiting_per_ready_replica))]
-    pods += [Pod(name=f"arriving-{i}", phase=PENDING, ready=False) for i in range(arriving_replicas)]
+    pods = _pods(len(waiting_per_ready_replica), arriving_replicas)
     values: list[int | None] = [
         None if value is None or not math.isfinite(value) else round(max(value, 0.0) * 1000)
         for value in waiting_per_ready_replica
     ]
-    spec = HpaSpec(
-        max_replicas=policy.max_replicas,
-        min_replicas=policy.min_replicas,
-        metrics=(
-            MetricSpec(
-                "Pods", MetricTarget("AverageValue", average_value_milli=round(policy.target_waiting_per_replica * 1000))
-            ),
-        ),
-        behavior=policy.behavior,
-    )
+    spec, options = _hpa_spec(policy)
     observations = [MetricObservation(pod_values=tuple(values))]
-    options = ControllerOptions(tolerance=policy.tolerance)
     outcome = decide(spec, current_replicas, state, now_s, pods=pods, observations=observations, options=options)
     recommendation = outcome.metric_recommendation
     if recommendation is None:

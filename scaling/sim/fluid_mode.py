@@ -54,7 +54,7 @@ def random_wait(load: np.ndarray, service_s: np.ndarray, variability: np.ndarray
     for Poisson arrivals, ca = 1). Bursty windows (ServeGen's `rate_weighted_mean_cv` > 1) wait
     longer at the same load. Returns (probability, conditional mean).
     """
-    rho = np.clip(load, 0.0, RANDOM_LOAD_CAP)
+    rho = np.minimum(np.maximum(load, 0.0), RANDOM_LOAD_CAP)  # np.clip, without its wrapper's cost every tick
     return rho, service_s * variability / (1 - rho)
 
 
@@ -221,8 +221,11 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
                 for s in range(t, end):
                     smoothed_work += (work - smoothed_work) * smoothing
                     load[s] = smoothed_work / capacity
-                tick_sent += arriving * skip
-                tick_work += work * skip
+                    # One step at a time, as a step that is not skipped adds them: the rate a policy
+                    # observes must not depend on whether its pool's state let steps be skipped (then
+                    # every pool size replaying the same arrivals observes the same rates, to the bit).
+                    tick_sent += arriving
+                    tick_work += work
                 decoding = top + arriving
                 prefilling = work / step_s
                 t = end
@@ -376,8 +379,9 @@ def _waits(backlog_wait: np.ndarray, load: np.ndarray, service_s: np.ndarray, it
     """Each step's requests: TTFT_POINTS quantiles of the wait before their first token (backlog,
     random wait, one token), one row per step."""
     probability, mean = random_wait(load, service_s, variability)
-    tail = np.clip((_LEVELS[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0, None)
-    random_part = np.where(tail > 0, -mean[:, None] * np.log(np.clip(1 - tail, 1e-12, 1)), 0.0)
+    # (np.minimum and np.maximum are np.clip without its wrapper's cost: this runs every tick)
+    tail = np.maximum((_LEVELS[None, :] - (1 - probability[:, None])) / np.maximum(probability[:, None], 1e-12), 0)
+    random_part = np.where(tail > 0, -mean[:, None] * np.log(np.minimum(np.maximum(1 - tail, 1e-12), 1)), 0.0)
     return backlog_wait[:, None] + random_part + itl[:, None]
 
 

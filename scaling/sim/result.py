@@ -25,7 +25,8 @@ class Percentiles:
 
 
 QUANTILE_RESOLUTION = 0.001  # weighted quantiles are exact to 0.1 % (log-spaced buckets)
-FEW_POINTS = 20_000  # up to this many points the buckets are found by sorting
+FEW_POINTS = 20_000  # up to this many points the buckets are found by sorting...
+FEW_BUCKETS = 1 << 16  # ...or counted directly when they span at most this many buckets (the usual tick)
 
 
 def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights: np.ndarray | None = None) -> list[float]:
@@ -36,9 +37,16 @@ def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights
     step = np.log1p(QUANTILE_RESOLUTION)
     index = np.floor(np.log(np.maximum(values, floor) / floor) / step).astype(np.int64)
     if index.size <= FEW_POINTS:
-        # A tick's window of points: the same sums over only the buckets that hold a point, instead
-        # of a cumulative sum over every bucket up to the largest (about 14,000 for a second). The
-        # additions are the same and in the same order (an empty bucket adds 0), so the answer is too.
+        # A tick's window of points: the same sums over only the buckets from the smallest point's to
+        # the largest's, instead of a cumulative sum over every bucket from 0 (about 14,000 for a
+        # second). The additions are the same and in the same order (an empty bucket adds 0, and the
+        # first cumulative sum reaching a share is always a bucket holding a point), so the answer is too.
+        lowest = int(index.min())
+        span = int(index.max()) - lowest + 1
+        if span <= FEW_BUCKETS:
+            cumulative = np.cumsum(np.bincount(index - lowest, weights=weights))
+            positions = lowest + np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
+            return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
         buckets, inverse = np.unique(index, return_inverse=True)
         cumulative = np.cumsum(np.bincount(inverse, weights=weights))
         positions = buckets[np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])]

@@ -43,13 +43,16 @@ def test_it_reports_no_latency_without_traffic_or_to_a_policy_that_does_not_read
 
 
 def test_a_ticks_latency_percentiles_are_the_bucketed_ones():
-    """Few points (a tick's window) sum only the buckets they fill: the same 0.1 % buckets come back."""
+    """Few points (a tick's window) sum only the buckets between their smallest and largest (or, spread too
+    far, only those they fill): the same 0.1 % buckets come back."""
     from scaling.sim import result
 
     rng = np.random.default_rng(11)
     for _ in range(200):
         n = int(rng.integers(1, 500))
         values = rng.lognormal(-1, 1.2, n)
+        if rng.random() < 0.2:  # a point so far out that the buckets are too many to count directly
+            values[int(rng.integers(0, n))] = 1e30
         # Fluid mode weighs each step's points alike: equal weights, where a float's rounding decides ties.
         weights = np.repeat(rng.random(n // 8 + 1), 8)[:n] * (rng.random(n) > 0.2)
         weights[0] += 0.1
@@ -59,3 +62,14 @@ def test_a_ticks_latency_percentiles_are_the_bucketed_ones():
         positions = np.searchsorted(bucketed, np.array((0.5, 0.95, 0.99)) * bucketed[-1])
         step = np.log1p(result.QUANTILE_RESOLUTION)
         assert sorted_answer == [float(1e-6 * np.exp((p + 0.5) * step)) for p in positions]
+
+
+def test_every_pool_size_observes_the_same_arrival_rates_to_the_bit() -> None:
+    """A tick's observed rate is the arrivals added one step at a time, whether or not the pool's state let
+    fluid mode skip steps: the warm-pool report's sizes share forecasts made from these rates."""
+    rng = np.random.default_rng(3)
+    trace = RateTrace("steps", np.arange(0, 7200, 600.0), 600.0, np.round(rng.uniform(5, 60, 12), 3) + 0.1)
+    observed = {replicas: [s.arrival_rate_rps for s in run_fluid_mode(trace, CONFIG, StaticPolicy(replicas)).samples]
+                for replicas in (6, 9, 14, 30)}
+    assert len(observed[6]) == 480
+    assert all(rates == observed[6] for rates in observed.values())

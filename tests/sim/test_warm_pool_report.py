@@ -184,3 +184,54 @@ def test_the_replay_is_compared_with_what_the_pool_recorded(wave_report: reports
     assert compared["ready_replicas_mean"] == {"observed": 5.0, "predicted": rows[1].mean_ready_replicas}
     assert compared["ttft_p95_ms_median"]["observed"] == 300.0 and compared["ready_replicas_max"]["observed"] == 6
     assert compared["ttft_p95_ms_median"]["predicted"] is not None and "ready replicas" in compared["summary"]
+
+
+def _replayed(report: reports.Report) -> tuple[dict, dict]:
+    result = report.as_json()
+    result.pop("wall_s")
+    series = {size: [getattr(minutes, name).tobytes() for name in reports.MinuteSeries.__dataclass_fields__]
+              for size, minutes in report.series.items()}
+    return result, series
+
+
+def test_the_sizes_read_one_recording_of_the_forecasts_and_decide_as_each_would_alone(monkeypatch) -> None:  # noqa: ANN001
+    """Every size replays the same arrivals, so the first size's forecasts serve them all: computed once a
+    tick instead of once a tick per size, and every size's rows and minutes are the same to the bit."""
+    from scaling.engine import decide
+
+    made: list[float] = []
+    real_forecasts = decide.forecasts
+
+    def counted(history, pool, now_s, rate_now, state):  # noqa: ANN001, ANN202
+        made.append(now_s)
+        return real_forecasts(history, pool, now_s, rate_now, state)
+
+    monkeypatch.setattr(decide, "forecasts", counted)
+    workload = daily_wave(hours=2.0, period_h=0.75)
+    report_spec = spec(peak_basis="day-peak", sizes_pct=(0, 30, 60, 90))
+    plan = plan_for(report_spec, workload)
+    alone = reports.run_report(workload, report_spec, plan=plan, share_forecasts=False)
+    ticks = len(made) // 5  # five sizes (the four asked and the current 40 %), a tick every 15 s and at 0
+    assert ticks == 481 and sorted(made) == sorted(made[:ticks] * 5)
+    made.clear()
+    shared = reports.run_report(workload, report_spec, plan=plan)
+    assert len(made) == ticks  # one size's worth
+    assert _replayed(shared) == _replayed(alone)
+    rows = shared.rows
+    assert rows[-1].gpu_hours > rows[0].gpu_hours  # the sizes differ: the floors bind, on shared forecasts
+
+
+def test_a_replay_of_other_arrivals_makes_its_own_forecasts() -> None:
+    """Forecasts recorded on one traffic are not read by a replay of another: it is replayed with its own."""
+    from scaling.sim.policies.headroom import SharedForecasts
+
+    workload, louder = daily_wave(hours=1.0), daily_wave(hours=1.0, high=130.0)
+    report_spec = spec(peak_basis="day-peak")
+    plan, config = plan_for(report_spec, workload), reports._config(report_spec)
+    recorded = SharedForecasts()
+    reports._replay(workload, config, plan, 40.0, "day-peak", forecasts=recorded)
+    recorded.recording = False
+    assert len(recorded.ticks) == 241  # a tick every 15 s and the one at 0
+    read = reports._replay(louder, config, plan, 40.0, "day-peak", forecasts=recorded)
+    own = reports._replay(louder, config, plan, 40.0, "day-peak")
+    assert read.samples == own.samples and read.gpu_hours == own.gpu_hours

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from scaling.engine import decide
-from scaling.engine.decide import ApprovalModel, DecideState
-from scaling.engine.planner import Decision, PlannerState, PoolPlan, record_scale_event
+from scaling.engine.decide import ApprovalModel, DecideState, SeasonalCache
+from scaling.engine.planner import Decision, ForecastPoint, PlannerState, PoolPlan, record_scale_event
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.sim.config import ClientConfig, SimConfig
 from scaling.sim.policies.base import Observation
@@ -98,6 +98,56 @@ class MemoryHistory:
             self.requested = [at for at in self.requested if at > now_s - REQUESTS_KEPT_S]
 
 
+class ForecastsDiverged(Exception):
+    """A replay asked for forecasts of arrivals (or lead times) other than the recorded ones."""
+
+
+Forecasts = tuple[ForecastPoint | None, ForecastPoint | None, np.ndarray, DecideState]
+
+
+@dataclass
+class SharedForecasts:
+    """The decide step's forecasts at every tick of a replay, recorded by a first replay and read by the
+    others (`decide.decide`'s `forecast_source`).
+
+    The forecasts read only the arrival rates the pool observed, and every size of a warm-pool report
+    replays the same arrivals (fluid mode observes them to the bit whatever the pool's state), so they
+    are computed once per report instead of once per size. A reading replay whose rate at a tick, or
+    whose lead time, is not the recorded one raises `ForecastsDiverged` (the caller replays it with its
+    own forecasts), so what it decides is always what it would have decided alone."""
+
+    recording: bool = True
+    ticks: dict[float, tuple[float, ForecastPoint | None, ForecastPoint | None, np.ndarray, SeasonalCache, float | None]] = field(default_factory=dict)
+    horizons_s: tuple[float, float] | None = None  # (lead time, pre-scale horizon) they were made for
+
+    def __call__(self, history: decide.PoolHistory, pool: PoolPlan, now_s: float, rate_now: float,
+                 state: DecideState) -> Forecasts:
+        if self.recording:
+            return self._record(history, pool, now_s, rate_now, state)
+        entry = self.ticks.get(now_s)
+        if (entry is None or (pool.lead_s, pool.prescale_horizon_s) != self.horizons_s
+                or not (entry[0] == rate_now or (math.isnan(entry[0]) and math.isnan(rate_now)))):
+            raise ForecastsDiverged(f"no recorded forecast for a rate of {rate_now!r} at {now_s:g} s")
+        _, lead, peak, recent, seasonal, newest = entry
+        return lead, peak, recent, DecideState(state.planner, seasonal, None, None, newest)
+
+    def _record(self, history: decide.PoolHistory, pool: PoolPlan, now_s: float, rate_now: float,
+                state: DecideState) -> Forecasts:
+        horizons = (pool.lead_s, pool.prescale_horizon_s)
+        if self.horizons_s is None:
+            self.horizons_s = horizons
+        lead, peak, recent, state = decide.forecasts(history, pool, now_s, rate_now, state)
+        if now_s in self.ticks or horizons != self.horizons_s:
+            raise ForecastsDiverged(f"a second recording at {now_s:g} s")  # one replay records
+        kept = recent
+        if self.ticks:
+            previous = self.ticks[next(reversed(self.ticks))][3]
+            if np.array_equal(previous, recent):  # a new minute every 4 ticks: keep one array for the same ones
+                kept = previous
+        self.ticks[now_s] = (rate_now, lead, peak, kept, state.seasonal, state.newest_rate_s)
+        return lead, peak, recent, state
+
+
 @dataclass
 class HeadroomState:
     decide: DecideState = field(default_factory=DecideState)
@@ -119,13 +169,16 @@ class HeadroomPolicy:
     name: str = "headroom"
     tick_s: float = 15.0
     observes_latency: bool = True  # request mode reports TTFT percentiles to it
+    # Forecasts recorded once for every replay of the same arrivals (a warm-pool report's sizes); None:
+    # the decide step's own forecasters.
+    forecasts: SharedForecasts | None = field(default=None, compare=False, repr=False)
 
     def new_state(self) -> HeadroomState:
         return HeadroomState(history=MemoryHistory(ApprovalModel(self.approval_delay_s, self.reactive_max_step)))
 
     def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
         signals = signals_of(observation)
-        step = decide.decide(now, signals, self.pool, state.decide, state.history)
+        step = decide.decide(now, signals, self.pool, state.decide, state.history, forecast_source=self.forecasts)
         decision = step.decision
         if state.keep_decisions:
             state.decisions.append(decision)
