@@ -33,7 +33,8 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from tests.browser.test_approval_flow import CHROMIUM, FLAGS
 
-pytestmark = [pytest.mark.browser]
+# The demo has a database of its own; the mark only lets the tier's session fixtures (conftest.py) see the test one.
+pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 ROOT = Path(__file__).resolve().parents[2]
 SPEED = 4  # the story's 20 scenario minutes in about 5; make demo plays it at 2x
 PHASE_TIMEOUT_S = 240.0  # wall seconds the next line may take (a loaded two-core machine)
@@ -78,6 +79,18 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _wait_for_port(port: int, process: subprocess.Popen[str], timeout_s: float = 180.0) -> None:
+    """Until the demo's web server answers (it starts after the sandbox, Prometheus and the registration)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the demo stopped with exit code {process.returncode}"
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    pytest.fail(f"the demo's web server did not listen on port {port} within {timeout_s:g} s")
+
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[Demo]:
     env = {**os.environ, "DEBUG": "1", "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
@@ -92,6 +105,7 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
         process = subprocess.Popen(manage + ["demo", "--port", str(port), "--speed", str(SPEED)], cwd=ROOT,
                                    env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
         try:
+            _wait_for_port(port, process)
             yield Demo(process, f"http://127.0.0.1:{port}")
         finally:
             process.send_signal(signal.SIGTERM)  # the demo stops its sandbox and Prometheus on SIGTERM

@@ -6,6 +6,10 @@ runs the control loop in a background thread every 15 s (tasks run in-process: n
 serves the web UI. Ctrl-C stops everything it started. Every start removes the previous run's
 sandbox cluster first (its proposals, incidents, alerts and history), so a new demo starts clean.
 
+The default scenario is the story (sandbox/story.py, at 2x): one pool and its warm fallback, yesterday's
+history with a peak the loop forecasts (a pre-scale waits in the inbox), an unforeseen 10x surge (the
+safety net, the fallback, an incident), calm, and a warm-pool report; `[story mm:ss]` lines say what happens.
+
 `--headless` runs a finite scenario with no web server and prints one JSON object (`sandbox/headless.py`).
 """
 from __future__ import annotations
