@@ -154,8 +154,11 @@ class Director:
         from scaling.models import WarmPoolReport
 
         if self.state.report_id is None and self.model_s() >= REPORT_AT_S:
+            # The stored rates are per wall second, `speed` times the model's; the report replays them against the
+            # profile's real latency, so it is given the model's rates (rate scale 1/speed).
             report = report_service.request_report(pool, core.Actor(None, Channel.AUTO), days=REPORT_DAYS,  # type: ignore[arg-type]
-                                                   sizes_pct=REPORT_SIZES_PCT, peak_basis="day-peak")
+                                                   sizes_pct=REPORT_SIZES_PCT, peak_basis="day-peak",
+                                                   rate_scale=1.0 / self.speed)
             self.state.report_id = report.pk
             self.tell(f"calm again: warm-pool report #{report.pk} requested for {self.primary} (the last "
                       f"{REPORT_DAYS * 24:g} h replayed at each warm-pool size; /pools/{pool.pk}/reports/)")  # type: ignore[attr-defined]

@@ -143,6 +143,8 @@ def test_the_demo_tells_the_readme_story(demo: Demo, browser_page: Page, screens
     page.goto(demo.url + "/approvals/")
     card = page.locator(f"#proposal-{prescale[1]}")
     expect(card).to_contain_text("Pending approval")
+    expect(card).to_contain_text(re.compile(rf"A peak of [\d.]+ req/s is forecast .* scaling to {prescale[2]} keeps TTFT"))
+    card.get_by_text("Planner terms and evidence").click()
     expect(card).to_contain_text(re.compile(r"forecast peak .* within 30 min: warm pool \d+ \+ 50 % buffer"))
     page.screenshot(path=str(screenshots / "story-inbox.png"), full_page=True)
 
