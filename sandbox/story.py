@@ -23,6 +23,7 @@ REPORT_SIZES_PCT = (0.0, 20.0, 40.0, 60.0)
 HISTORY_HOURS = 26.0  # yesterday's peak, and the day before it as quiet
 DEFAULT_SPEED = 2.0
 WATCH_EVERY_S = 1.0  # wall seconds between looks at the database
+PERSON_AFTER_S = 20.0  # wall seconds a scale-up may stay pending before it is told as waiting for a person
 
 Say = Callable[[str], None]
 
@@ -96,7 +97,7 @@ class Director:
         self._peak()
 
     def _proposals(self, pool: object) -> None:
-        from scaling.choices import ProposalKind
+        from scaling.choices import ProposalKind, ProposalState
         from scaling.models import Proposal
 
         for proposal in Proposal.objects.filter(pool=pool).order_by("pk"):
@@ -108,8 +109,18 @@ class Director:
                           f"(/approvals/): {_reason(proposal, 'PreScaleProposed')}")
             elif (proposal.kind in (ProposalKind.REACTIVE, ProposalKind.PREDICTIVE)
                   and proposal.target_replicas > proposal.current_replicas and proposal.pk not in self.state.scale_ups):
+                # Policy approves right after the proposal is stored: told once decided, or once it has waited
+                # longer than a tick for a person (a scale-up beyond the guardrail).
+                waited_s = time.time() - proposal.created_at.timestamp()
+                if proposal.state == ProposalState.PENDING and waited_s < PERSON_AFTER_S:
+                    continue
                 self.state.scale_ups.add(proposal.pk)
-                by = "approved by policy" if proposal.decided_channel == "auto" else proposal.state
+                if proposal.state == ProposalState.PENDING:
+                    by = "waits for a person in the inbox"
+                elif proposal.decided_by_id is None:
+                    by = "approved by policy"
+                else:
+                    by = f"approved by {proposal.decided_by}"
                 self.tell(f"safety net: {proposal.kind} scale-up #{proposal.pk} {proposal.current_replicas} → "
                           f"{proposal.target_replicas} ({by}); the new replicas arrive after their cold start "
                           f"(/pools/{pool.pk}/)")  # type: ignore[attr-defined]
