@@ -13,7 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from sandbox.registration import CLUSTER_NAME
 from sandbox.scenarios import (DAILY_FACTOR, STORY_PEAK_START_S, STORY_SURGE_END_S, STORY_SURGE_START_S,
                                SURGE_FACTOR)
 
@@ -24,6 +26,9 @@ HISTORY_HOURS = 26.0  # yesterday's peak, and the day before it as quiet
 DEFAULT_SPEED = 2.0
 WATCH_EVERY_S = 1.0  # wall seconds between looks at the database
 PERSON_AFTER_S = 20.0  # wall seconds a scale-up may stay pending before it is told as waiting for a person
+
+if TYPE_CHECKING:
+    from controlplane.models import Pool
 
 Say = Callable[[str], None]
 
@@ -86,7 +91,7 @@ class Director:
     def step(self) -> None:
         from controlplane.models import Pool
 
-        pool = Pool.objects.filter(cluster__name="sandbox", name=self.primary).first()
+        pool = Pool.objects.filter(cluster__name=CLUSTER_NAME, name=self.primary).first()
         if pool is None:
             return
         self._proposals(pool)
@@ -96,7 +101,7 @@ class Director:
         self._report(pool)
         self._peak()
 
-    def _proposals(self, pool: object) -> None:
+    def _proposals(self, pool: Pool) -> None:
         from scaling.choices import ProposalKind, ProposalState
         from scaling.models import Proposal
 
@@ -123,7 +128,7 @@ class Director:
                     by = f"approved by {proposal.decided_by}"
                 self.tell(f"safety net: {proposal.kind} scale-up #{proposal.pk} {proposal.current_replicas} → "
                           f"{proposal.target_replicas} ({by}); the new replicas arrive after their cold start "
-                          f"(/pools/{pool.pk}/)")  # type: ignore[attr-defined]
+                          f"(/pools/{pool.pk}/)")
 
     def _surge(self) -> None:
         now = self.model_s()
@@ -135,7 +140,7 @@ class Director:
             self.state.surge_ended = True
             self.tell(f"the surge is over: {self.primary} is back to its base load")
 
-    def _fallbacks(self, pool: object) -> None:
+    def _fallbacks(self, pool: Pool) -> None:
         from scaling.choices import FallbackPhase
         from scaling.models import FallbackActivation
 
@@ -148,7 +153,7 @@ class Director:
                 self.state.restored.add(activation.pk)
                 self.tell(f"fallback restored: the whole route is back on {self.primary}")
 
-    def _incidents(self, pool: object) -> None:
+    def _incidents(self, pool: Pool) -> None:
         from incidents.models import Incident
 
         for incident in Incident.objects.filter(pool=pool).order_by("pk"):
@@ -157,7 +162,7 @@ class Director:
                 self.tell(f"incident #{incident.pk} ({incident.severity}) opened: {incident.title}; its timeline "
                           f"is at /incidents/{incident.pk}/")
 
-    def _report(self, pool: object) -> None:
+    def _report(self, pool: Pool) -> None:
         from controlplane import services as core
         from controlplane.choices import Channel
         from scaling import report_service
@@ -167,12 +172,12 @@ class Director:
         if self.state.report_id is None and self.model_s() >= REPORT_AT_S:
             # The stored rates are per wall second, `speed` times the model's; the report replays them against the
             # profile's real latency, so it is given the model's rates (rate scale 1/speed).
-            report = report_service.request_report(pool, core.Actor(None, Channel.AUTO), days=REPORT_DAYS,  # type: ignore[arg-type]
+            report = report_service.request_report(pool, core.Actor(None, Channel.AUTO), days=REPORT_DAYS,
                                                    sizes_pct=REPORT_SIZES_PCT, peak_basis="day-peak",
                                                    rate_scale=1.0 / self.speed)
             self.state.report_id = report.pk
             self.tell(f"calm again: warm-pool report #{report.pk} requested for {self.primary} (the last "
-                      f"{REPORT_DAYS * 24:g} h replayed at each warm-pool size; /pools/{pool.pk}/reports/)")  # type: ignore[attr-defined]
+                      f"{REPORT_DAYS * 24:g} h replayed at each warm-pool size; /pools/{pool.pk}/reports/)")
         if self.state.report_id is not None and not self.state.report_told:
             report = WarmPoolReport.objects.get(pk=self.state.report_id)
             if report.state == ReportState.SUCCEEDED:
