@@ -10,8 +10,9 @@
   holds yesterday's peak and today's comes 10 minutes after the start: a forecaster can see it coming.
 - `story`: the demo's scripted day (`manage.py demo --scenario story`, sandbox/story.py): a quiet start,
   an unforeseen 10x surge from minute 5 to minute 12, calm again, and then the peak that yesterday's
-  backfilled history foretold (15x, from minute 20 for 30 wall minutes). The peak is placed on the
-  wall clock (the forecaster's days are wall days), so its model time depends on the speed.
+  backfilled history foretold (15x for 30 wall minutes, 10 wall minutes after the start at 2x or faster).
+  The peak is placed on the wall clock (the forecaster's days are wall days), so its model time depends
+  on the speed.
 - `azure-conv`, `azure-code`: the shared Azure LLM inference traces, replayed (looped) through the
   simulator's loaders.
 """
@@ -35,14 +36,22 @@ SCENARIOS = ("idle", "steady", "surge", "surge-10x", "daily", "story", *TRACE_FI
 DAILY_FACTOR, DAILY_START_S, DAILY_END_S, DAY_S = 15.0, 8100.0, 9900.0, 86400.0
 # The story's timeline in model seconds (its peak's length in wall seconds: the forecaster's bins are wall time).
 STORY_SURGE_START_S, STORY_SURGE_END_S = 300.0, 720.0
-STORY_PEAK_START_S, STORY_PEAK_WALL_S = 1200.0, 1800.0
+STORY_REPORT_AT_S = STORY_SURGE_END_S + 240.0  # the warm-pool report, once the fallback has handed back (story.py)
+STORY_PEAK_WALL_S = 1800.0
+
+
+def story_peak_wall_s(speed: float) -> float:
+    """When the forecast peak starts, in wall seconds from the start: 10 minutes, and never before the report has
+    had two minutes to run (its replay shares the demo's CPU with the peak's traffic)."""
+    return max(600.0, STORY_REPORT_AT_S / speed + 120.0)
 
 
 def story_rate(t: float, base: float, speed: float = 1.0) -> float:
     """The story's request rate at model second `t`: base, the 10x surge, then the forecast peak (15x)."""
     if STORY_SURGE_START_S <= t < STORY_SURGE_END_S:
         return base * SURGE_FACTOR
-    if STORY_PEAK_START_S <= t < STORY_PEAK_START_S + STORY_PEAK_WALL_S * speed:
+    peak_start = story_peak_wall_s(speed) * speed
+    if peak_start <= t < peak_start + STORY_PEAK_WALL_S * speed:
         return base * DAILY_FACTOR
     return base
 
@@ -51,7 +60,7 @@ def story_history_rate(t_wall: float, base: float, speed: float = 1.0) -> float:
     """Yesterday's request rate, per wall second, `t_wall` seconds from the story's start (negative: the
     past): the base load, and a day before the peak the same 15x peak (no surge: today's is unforeseen).
     Per wall second, as the loop reads the live pool at `speed` (K model seconds per wall second)."""
-    peak_wall_start = STORY_PEAK_START_S / speed - DAY_S
+    peak_wall_start = story_peak_wall_s(speed) - DAY_S
     in_peak = peak_wall_start <= t_wall < peak_wall_start + STORY_PEAK_WALL_S
     return base * speed * (DAILY_FACTOR if in_peak else 1.0)
 

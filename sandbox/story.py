@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandbox.registration import CLUSTER_NAME
-from sandbox.scenarios import (DAILY_FACTOR, STORY_PEAK_START_S, STORY_SURGE_END_S, STORY_SURGE_START_S,
-                               SURGE_FACTOR)
+from sandbox.scenarios import (DAILY_FACTOR, STORY_REPORT_AT_S, STORY_SURGE_END_S, STORY_SURGE_START_S,
+                               SURGE_FACTOR, story_peak_wall_s)
 
-REPORT_AT_S = STORY_SURGE_END_S + 240.0  # model seconds: the fallback has handed back and the pool is calm
+REPORT_AT_S = STORY_REPORT_AT_S  # model seconds: the fallback has handed back and the pool is calm
 REPORT_DAYS = 1.0  # yesterday's peak and today's surge
 REPORT_SIZES_PCT = (0.0, 20.0, 40.0, 60.0)
 HISTORY_HOURS = 26.0  # yesterday's peak, and the day before it as quiet
@@ -86,7 +86,7 @@ class Director:
     def opening(self) -> str:
         return (f"quiet start: {self.primary} serves its base load on 1 replica; {self.fallback} (a smaller model) "
                 f"waits warm at route weight 0; Prometheus holds yesterday ({HISTORY_HOURS:g} h), with a "
-                f"{DAILY_FACTOR:g}x peak at about {clock(STORY_PEAK_START_S / self.speed)} on today's clock")
+                f"{DAILY_FACTOR:g}x peak at about {clock(story_peak_wall_s(self.speed))} on today's clock")
 
     def step(self) -> None:
         from controlplane.models import Pool
@@ -108,7 +108,7 @@ class Director:
         for proposal in Proposal.objects.filter(pool=pool).order_by("pk"):
             if proposal.kind == ProposalKind.PRESCALE and proposal.pk not in self.state.prescales:
                 self.state.prescales.add(proposal.pk)
-                peak_in = max(0.0, STORY_PEAK_START_S / self.speed - self.wall_s())
+                peak_in = max(0.0, story_peak_wall_s(self.speed) - self.wall_s())
                 self.tell(f"forecast peak in {peak_in / 60:.0f} min: pre-scale proposal #{proposal.pk} "
                           f"({proposal.current_replicas} → {proposal.target_replicas}) waits in the inbox "
                           f"(/approvals/): {_reason(proposal, 'PreScaleProposed')}")
@@ -189,7 +189,7 @@ class Director:
                 self.tell(f"warm-pool report #{report.pk} failed: {report.error}")
 
     def _peak(self) -> None:
-        if not self.state.peak_told and self.model_s() >= STORY_PEAK_START_S:
+        if not self.state.peak_told and self.wall_s() >= story_peak_wall_s(self.speed):
             self.state.peak_told = True
             self.tell(f"the forecast peak arrives ({DAILY_FACTOR:g}x for 30 minutes, as yesterday): the story is "
                       "told; the demo runs on until Ctrl-C")
