@@ -20,7 +20,7 @@ from sandbox.scenarios import (DAILY_FACTOR, STORY_REPORT_AT_S, STORY_SURGE_END_
                                SURGE_FACTOR, story_peak_wall_s)
 
 REPORT_AT_S = STORY_REPORT_AT_S  # model seconds: the fallback has handed back and the pool is calm
-REPORT_DAYS = 1.0  # yesterday's peak and today's surge
+REPORT_DAYS = 0.25  # the last 6 hours: today's surge (a day takes minutes to replay on two loaded cores)
 REPORT_SIZES_PCT = (0.0, 20.0, 40.0, 60.0)
 HISTORY_HOURS = 26.0  # yesterday's peak, and the day before it as quiet
 DEFAULT_SPEED = 2.0
