@@ -11,7 +11,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/headroom
 .PHONY: help install system-deps demo demo-headless serve migrate test test-fast test-db test-services test-realvllm bench bench-full clean
 
 help:
-	@echo "make demo          run Headroom on SQLite with the demo fleet at http://127.0.0.1:$(PORT)"
+	@echo "make demo          run Headroom on SQLite with the demo fleet at http://127.0.0.1:$(PORT), playing the story (README)"
 	@echo "make demo-headless the surge-10x scenario with no browser, Headroom against keda-queue, as JSON"
 	@echo "make test          install what the tests need and run every tier"
 	@echo "make test-fast     pure tiers only (simulator, engine, parsers): no services"
@@ -42,7 +42,8 @@ system-deps:
 migrate: install system-deps
 	DEBUG=1 $(BIN)/python manage.py migrate --noinput -v 0
 
-# The live demo: SQLite, the sandbox fleet and Kubernetes API, the control loop in-process, the UI.
+# The live demo: SQLite, the sandbox fleet and Kubernetes API, the control loop in-process, the UI; by default the
+# story (README, "What you see"), at 2x. DEMO_ARGS="--scenario surge" (or daily, steady, ...) plays other traffic.
 demo: install migrate
 	DEBUG=1 $(BIN)/python manage.py seed_demo
 	DEBUG=1 KUBERNETES_ENABLED=true PROMETHEUS_ENABLED=true $(BIN)/python manage.py demo --port $(PORT) $(DEMO_ARGS)

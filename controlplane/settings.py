@@ -283,6 +283,10 @@ WARM_POOL_REPORT_FLAG_ABOVE_PCT = env_int("WARM_POOL_REPORT_FLAG_ABOVE_PCT", 25,
 # Transient failures (timeouts, 5xx, 409s past the retries) are retried with a doubling backoff
 # from 5 s, capped at 2 minutes, jittered; 8 attempts ride out about 5 minutes of API trouble.
 EXECUTION_MAX_ATTEMPTS = env_int("EXECUTION_MAX_ATTEMPTS", 8, minimum=1)
+# Multiplies every alert rule's hold (how long its condition must last before it fires). Not read from the
+# environment: 1 in production; the live sandbox demo sets 1/speed in its own process, so that at K times
+# the clock a rule still holds one scenario minute (as it registers cold starts and fallback holds / K).
+ALERT_HOLD_SCALE = 1.0
 # One tick per cluster at a time: a worker holds the cluster's tick lease this long at most.
 TICK_LEASE_S = env_int("TICK_LEASE_S", 60, minimum=15)
 # Per-tick samples (SignalSample) older than this are deleted by the tick. At least 8 days: a forecaster

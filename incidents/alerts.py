@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Avg, Count, Min, OuterRef, Q, QuerySet, Subquery, Sum, Value
@@ -286,7 +287,7 @@ def _apply(team: Team, cluster: Cluster, pool: Pool | None, alert: Alert | None,
     now_s = now.timestamp()
     state = alert.state if alert else None
     since = alert.started_at.timestamp() if alert else None
-    to_state = rules.step(state, since, verdict.status, verdict.rule.for_s, now_s)
+    to_state = rules.step(state, since, verdict.status, verdict.rule.for_s * settings.ALERT_HOLD_SCALE, now_s)
     if alert is None:
         if to_state is None:
             return None

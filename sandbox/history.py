@@ -13,7 +13,7 @@ import itertools
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from scaling.sim.profiles import inter_token_seconds, prefill_seconds
@@ -161,4 +161,30 @@ def history_openmetrics(pools: list[tuple[PoolSpec, int]], trace: Iterable[Trace
         replica.advance(request.t_s)
         replica.engine.submit(request.prompt_tokens, max(1, request.output_tokens))
     sample_until(duration)
+    return families.render()
+
+
+def rate_openmetrics(pools: list[tuple[PoolSpec, int]], rate_at: Callable[[float], float], hours: float,
+                     end_unix: float, step_s: float) -> str:
+    """OpenMetrics text for the `hours` before `end_unix` with no replay: each pool's share (by route weight)
+    of `rate_at(t)` requests per wall second (`t` in seconds from `end_unix`, negative) counted into
+    `vllm:request_success_total`, with idle gauges. Enough for the loop's request-rate history (the
+    forecasts), in milliseconds: what the story's history needs at any speed, where a replay through the
+    engine would have to emulate `speed` times the requests."""
+    weighted = [(spec, weight) for spec, weight in pools if weight > 0] or [(spec, 1) for spec, _ in pools]
+    total = sum(weight for _, weight in weighted)
+    families = _Families()
+    steps = int(hours * 3600.0 // step_s)
+    counts = [0.0] * len(weighted)
+    for index in range(steps + 1):
+        t = -hours * 3600.0 + index * step_s
+        at = f"{end_unix + t:.3f}"
+        for number, (spec, weight) in enumerate(weighted):
+            labels = _PoolReplay(spec, []).labels
+            if index:
+                counts[number] += rate_at(t - step_s / 2) * step_s * weight / total
+            families.add("vllm:num_requests_running", f"vllm:num_requests_running{{{labels}}} 0 {at}")
+            families.add("vllm:num_requests_waiting", f"vllm:num_requests_waiting{{{labels}}} 0 {at}")
+            families.add("vllm:request_success", f'vllm:request_success_total{{{labels},finished_reason="length"}} '
+                                                 f"{counts[number]:.3f} {at}")
     return families.render()

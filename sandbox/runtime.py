@@ -20,11 +20,11 @@ from scaling.sim.profiles import PROFILES, PoolProfile
 
 from sandbox.fleet import Fleet
 from sandbox.gateway import Gateway
-from sandbox.history import history_openmetrics
+from sandbox.history import history_openmetrics, rate_openmetrics
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.prometheus import PrometheusError, PrometheusLauncher
 from sandbox.replica import wait_until
-from sandbox.scenarios import continued, scenario_trace
+from sandbox.scenarios import BASE_RPS_PER_POOL, continued, scenario_trace, story_history_rate
 from sandbox.traffic import ClientOptions, TrafficGenerator
 
 
@@ -118,8 +118,8 @@ class Sandbox:
         if config.fallback_replicas < 0:
             raise ValueError("fallback_replicas must be 0 or more")
         self.config = config
-        self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir)
-        if self.trace is not None and config.history_hours > 0:
+        self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir, speed=config.speed)
+        if self.trace is not None and config.history_hours > 0 and config.scenario != "story":
             # Live traffic goes on where the backfilled history ends (same time of day).
             self.trace = continued(self.trace, config.history_hours * 3600.0 + HISTORY_GAP_S)
         self.fleet = Fleet(speed=config.speed)
@@ -181,6 +181,9 @@ class Sandbox:
             raise RuntimeError("the starting replicas did not become Ready")
 
     def _backfill(self, prometheus: PrometheusLauncher) -> None:
+        if self.config.scenario == "story":
+            self._backfill_story(prometheus)
+            return
         history = scenario_trace(self.config.scenario, self.config.pools, self.config.traces_dir, seed=1)
         if self.config.history_hours <= 0 or history is None:
             return
@@ -190,6 +193,17 @@ class Sandbox:
         prometheus.backfill(history_openmetrics(pools, history, self.config.history_hours, end))
         print(f"sandbox: backfilled {self.config.history_hours:g} h of {self.config.scenario} history in "
               f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+
+    def _backfill_story(self, prometheus: PrometheusLauncher) -> None:
+        """The story's yesterday, as request rates per wall second (the live pool's rate at the speed), sampled
+        three times per rate window (registration.sandbox_rate_window) so every window holds two samples."""
+        if self.config.history_hours <= 0:
+            return
+        base, speed = BASE_RPS_PER_POOL * self.config.pools, self.config.speed
+        step_s = min(15.0, max(5.0, round(60.0 / speed)) / 3)
+        pools = [(spec, spec.weight) for spec in self.primary_specs]
+        prometheus.backfill(rate_openmetrics(pools, lambda t: story_history_rate(t - HISTORY_GAP_S, base, speed),
+                                             self.config.history_hours, time.time() - HISTORY_GAP_S, step_s))
 
     def stop(self) -> None:
         """Stop everything this sandbox started; safe to call twice."""

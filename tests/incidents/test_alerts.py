@@ -76,6 +76,18 @@ def test_it_fires_after_its_for_duration_notifies_once_and_resolves(pool: Pool, 
     assert Alert.objects.filter(pool=pool).count() == 1
 
 
+def test_its_holds_scale_with_the_sandbox_clock(pool: Pool, settings) -> None:  # noqa: ANN001
+    """The live demo at 4x sets ALERT_HOLD_SCALE to 1/4: the TTFT p95 rule holds 30 wall seconds (two scenario
+    minutes), not 120."""
+    settings.ALERT_HOLD_SCALE = 0.25
+    evaluate(pool, T0, ttft_p95_s=1.4)
+    evaluate(pool, T0 + timedelta(seconds=15), ttft_p95_s=1.5)
+    assert alert_of(pool, "ttft_p95").state == AlertState.PENDING
+    evaluate(pool, T0 + timedelta(seconds=30), ttft_p95_s=1.6)
+    alert = alert_of(pool, "ttft_p95")
+    assert (alert.state, alert.fired_at) == (AlertState.FIRING, T0 + timedelta(seconds=30))
+
+
 def test_it_clears_a_pending_alert_without_a_message(pool: Pool, slack_channel: Channel, receiver: Receiver) -> None:
     evaluate(pool, T0, ttft_p99_s=6.0)
     evaluate(pool, T0 + timedelta(seconds=15))

@@ -105,6 +105,8 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
     (["--json"], "--json needs --headless"),
     (["--auto-approve-after-s", "30"], "--auto-approve-after-s needs --headless"),
     (["--no-fallback"], "--no-fallback needs --headless"),
+    (["--pools", "2"], "the story plays on one pool"),  # the live demo's default scenario
+    (["--scenario", "story", "--history", "-1"], "--history must be 0 or more"),
 ])
 def test_it_refuses_bad_arguments_with_a_message_naming_them(settings, arguments: list[str], message: str) -> None:  # noqa: ANN001
     settings.KUBERNETES_ENABLED = True

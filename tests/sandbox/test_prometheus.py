@@ -153,3 +153,32 @@ def test_it_says_how_to_install_a_missing_binary(tmp_path) -> None:
             launcher.start()
     finally:
         launcher.stop()
+
+
+def test_the_storys_history_reads_as_yesterdays_rates_per_wall_second(small_profile: PoolProfile) -> None:
+    """The story's yesterday (no engine replay) through the loop's own rate query, at the sandbox's window for
+    4x: the base load times the speed, and the 15x peak a day before today's, 10 wall minutes after the start."""
+    from scaling.drivers.prometheus import PrometheusConfig, PrometheusSignalSource
+    from scaling.drivers.signals import PoolSelector
+    from sandbox.history import rate_openmetrics
+    from sandbox.registration import sandbox_rate_window
+    from sandbox.scenarios import BASE_RPS_PER_POOL, DAILY_FACTOR, DAY_S, story_history_rate, story_peak_wall_s
+
+    speed, start = 4.0, time.time()
+    pool = PoolSpec(name="chat", profile=small_profile, model=MODEL)
+    history = rate_openmetrics([(pool, 100)], lambda t: story_history_rate(t, BASE_RPS_PER_POOL, speed), hours=26.0,
+                               end_unix=start, step_s=5.0)
+    launcher = PrometheusLauncher()
+    try:
+        launcher.backfill(history)
+        launcher.start()
+        source = PrometheusSignalSource(PrometheusConfig(launcher.url, rate_window=sandbox_rate_window(speed)))
+        peak_at = start + story_peak_wall_s(speed) - DAY_S
+        rates = dict(source.rate_history([PoolSelector("chat", {"model_name": MODEL})], peak_at - 1200,
+                                         peak_at + 3000, 60.0)["chat"])
+        at = lambda t: min(rates.items(), key=lambda item: abs(item[0] - t))[1]  # noqa: E731 - the nearest step
+        assert at(peak_at - 600) == pytest.approx(BASE_RPS_PER_POOL * speed, rel=0.05)
+        assert at(peak_at + 600) == pytest.approx(BASE_RPS_PER_POOL * speed * DAILY_FACTOR, rel=0.05)
+        assert at(peak_at + 2400) == pytest.approx(BASE_RPS_PER_POOL * speed, rel=0.05)
+    finally:
+        launcher.stop()

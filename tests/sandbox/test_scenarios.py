@@ -38,3 +38,32 @@ def test_surge_10x_is_one_surge_and_then_ends() -> None:
     assert counts[4] / 60 > BASE_RPS_PER_POOL * 7  # minutes 2-7 carry the 10x surge
     assert counts[7] / 60 < BASE_RPS_PER_POOL * 2
     assert [r.t_s for r in scenario_trace("surge-10x", 1)][:5] == [r.t_s for r in requests[:5]]  # same seed, same trace
+
+
+def test_the_story_is_quiet_then_surges_then_calms_then_peaks_as_forecast() -> None:
+    from sandbox.scenarios import STORY_SURGE_END_S, STORY_SURGE_START_S, SURGE_FACTOR, story_peak_wall_s
+
+    speed = 2.0
+    peak_start_s = story_peak_wall_s(speed) * speed  # 1,200 model seconds at 2x
+    assert peak_start_s == 1200.0
+    counts = _per_minute(scenario_trace("story", 1, speed=speed), peak_start_s + 600)
+    rate = lambda second: counts[int(second // 60)] / 60  # noqa: E731
+    assert rate(STORY_SURGE_START_S - 120) < BASE_RPS_PER_POOL * 2  # the quiet start
+    assert rate(STORY_SURGE_START_S + 120) > BASE_RPS_PER_POOL * SURGE_FACTOR * 0.7  # the unforeseen surge
+    assert rate(STORY_SURGE_END_S + 120) < BASE_RPS_PER_POOL * 2  # calm again
+    assert rate(peak_start_s + 120) > BASE_RPS_PER_POOL * DAILY_FACTOR * 0.7  # the peak yesterday foretold
+
+
+def test_the_storys_yesterday_holds_the_peak_a_day_before_todays_per_wall_second() -> None:
+    """Placed on the wall clock (the forecaster's days are wall days), at the rate the loop reads at the speed."""
+    from sandbox.scenarios import DAY_S, STORY_SURGE_START_S, story_history_rate, story_peak_wall_s
+
+    for speed in (1.0, 2.0, 4.0):
+        # 10 minutes after the start, and never before the report has had two minutes (18 minutes at 1x).
+        assert story_peak_wall_s(speed) == (1080.0 if speed == 1.0 else 600.0)
+        peak = story_peak_wall_s(speed) - DAY_S  # wall seconds from the start, a day ago
+        assert story_history_rate(peak - 60, 2.0, speed) == 2.0 * speed
+        assert story_history_rate(peak + 60, 2.0, speed) == 2.0 * speed * DAILY_FACTOR
+        assert story_history_rate(peak + 1800 + 60, 2.0, speed) == 2.0 * speed
+        # No surge yesterday: today's is unforeseen.
+        assert story_history_rate(STORY_SURGE_START_S / speed + 60 - DAY_S, 2.0, speed) == 2.0 * speed

@@ -6,15 +6,21 @@ runs the control loop in a background thread every 15 s (tasks run in-process: n
 serves the web UI. Ctrl-C stops everything it started. Every start removes the previous run's
 sandbox cluster first (its proposals, incidents, alerts and history), so a new demo starts clean.
 
+The default scenario is the story (sandbox/story.py, at 2x): one pool and its warm fallback, yesterday's
+history with a peak the loop forecasts (a pre-scale waits in the inbox), an unforeseen 10x surge (the
+safety net, the fallback, an incident), calm, and a warm-pool report; `[story mm:ss]` lines say what happens.
+
 `--headless` runs a finite scenario with no web server and prints one JSON object (`sandbox/headless.py`).
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
 from sandbox.prometheus import PrometheusError
-from sandbox import beat, headless
+from sandbox import beat, headless, story
 from sandbox.registration import CLUSTER_NAME, RegistrationError, register, retire_previous
 from sandbox.runtime import Sandbox, SandboxConfig
 from sandbox.scenarios import SCENARIOS
@@ -45,11 +51,13 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="web UI port (default 8000)")
         parser.add_argument("--pools", type=int, help="emulated vLLM pools (default 2; --headless runs 1)")
         parser.add_argument("--scenario", choices=SCENARIOS,
-                            help="traffic (default surge: 10x for 5 of every 15 minutes; --headless: surge-10x)")
+                            help="traffic (default story: the scripted day, sandbox/story.py; --headless: surge-10x)")
         parser.add_argument("--speed", type=float,
-                            help="model seconds per wall second (default 1; --headless: 4)")
-        parser.add_argument("--history", type=float, default=0.0,
-                            help="hours of the scenario's past to backfill into Prometheus first (daily needs 26)")
+                            help=f"model seconds per wall second (default 1; story: {story.DEFAULT_SPEED:g}; "
+                                 "--headless: 4)")
+        parser.add_argument("--history", type=float,
+                            help="hours of the scenario's past to backfill into Prometheus first (daily needs 26; "
+                                 f"story: {story.HISTORY_HOURS:g} by default)")
         parser.add_argument("--headless", action="store_true",
                             help="no web server: run a finite scenario, compare it with keda-queue, report JSON")
         parser.add_argument("--auto-approve-after-s", type=float,
@@ -60,7 +68,7 @@ class Command(BaseCommand):
                             help="--headless: run Headroom without its warm fallback pool (to compare)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["history"] < 0:
+        if options["history"] is not None and options["history"] < 0:
             raise CommandError("--history must be 0 or more hours")
         if options["speed"] is not None and not 0 < options["speed"] <= MAX_SPEED:
             raise CommandError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
@@ -73,19 +81,21 @@ class Command(BaseCommand):
         if options["headless"]:
             self._headless(options)
             return
-        options = {**options, "pools": options["pools"] or 2, "scenario": options["scenario"] or "surge",
-                   "speed": options["speed"] or 1.0}
+        scenario = options["scenario"] or "story"
+        if scenario == "story" and options["pools"] not in (None, 1):
+            raise CommandError("the story plays on one pool (and its fallback): leave out --pools")
         with_prometheus = shutil.which("prometheus") is not None and settings.PROMETHEUS_ENABLED
         if not with_prometheus:
             self.stderr.write("Prometheus is not installed (or PROMETHEUS_ENABLED is off): the loop will see "
                               "replica counts only and hold. `apt-get install prometheus` for the full demo.")
-        config = SandboxConfig(pools=options["pools"], scenario=options["scenario"], speed=options["speed"],
-                               prometheus=with_prometheus, scrape_interval_s=5.0, history_hours=options["history"],
-                               traces_dir=Path(settings.TRACES_DIR))
+        config = self._config(scenario, options, with_prometheus)
         try:
             sandbox = Sandbox(config).start()
-        except (ValueError, OSError, PrometheusError) as error:
+        except (ValueError, OSError, PrometheusError, RuntimeError) as error:
             raise CommandError(f"the sandbox did not start: {error}") from None
+        started = time.time()  # the traffic starts as start() returns
+        # The loop runs on the wall clock: an alert rule holds one scenario minute, not `speed` of them.
+        settings.ALERT_HOLD_SCALE = 1.0 / config.speed
         stop = threading.Event()
         # runserver only stops cleanly on Ctrl-C: make SIGTERM the same, so Prometheus and the fleet stop too.
         signal.signal(signal.SIGTERM, _interrupt)
@@ -98,7 +108,12 @@ class Command(BaseCommand):
             loop_thread = threading.Thread(target=self._run_loop, args=(stop,), name="control-loop", daemon=True)
             loop_thread.start()
             self.stdout.write(f"Control loop: every {TICK_EVERY_S:.0f} s on cluster {CLUSTER_NAME!r} "
-                              f"({options['scenario']} traffic). Prometheus: {sandbox.prometheus.url if sandbox.prometheus else 'off'}")
+                              f"({scenario} traffic at {config.speed:g}x). "
+                              f"Prometheus: {sandbox.prometheus.url if sandbox.prometheus else 'off'}")
+            if scenario == "story" and sandbox.fallback_spec is not None:
+                director = story.Director(sandbox.primary_specs[0].name, sandbox.fallback_spec.name, config.speed,
+                                          self.stdout.write, started)
+                threading.Thread(target=director.run, args=(stop,), name="story", daemon=True).start()
             self.stdout.write(f"Headroom is at http://127.0.0.1:{options['port']}/  "
                               "(log in as alice or bob, password headroom-demo; Ctrl-C stops everything)")
             call_command("runserver", f"127.0.0.1:{options['port']}", use_reloader=False)
@@ -106,6 +121,20 @@ class Command(BaseCommand):
             stop.set()
             sandbox.stop()
             self.stderr.write("demo stopped")
+
+    def _config(self, scenario: str, options: dict[str, Any], with_prometheus: bool) -> SandboxConfig:
+        """The sandbox for the live demo; the story's has one pool, its warm fallback and yesterday's history."""
+        if scenario != "story":
+            return SandboxConfig(pools=options["pools"] or 2, scenario=scenario, speed=options["speed"] or 1.0,
+                                 prometheus=with_prometheus, scrape_interval_s=5.0,
+                                 history_hours=options["history"] or 0.0, traces_dir=Path(settings.TRACES_DIR))
+        speed = options["speed"] or story.DEFAULT_SPEED
+        config = SandboxConfig(pools=1, scenario=scenario, speed=speed, prometheus=with_prometheus,
+                               # Two samples in every rate window (registration.sandbox_rate_window) at any speed.
+                               scrape_interval_s=max(1.0, min(5.0, 20.0 / speed)),
+                               history_hours=story.HISTORY_HOURS if options["history"] is None else options["history"],
+                               traffic_after_ready=True)  # the story starts from a serving pool, not a cold start
+        return dataclasses.replace(config, fallback_replicas=headless.fallback_replicas(config))
 
     def _headless(self, options: dict[str, Any]) -> None:
         scenario = options["scenario"] or "surge-10x"

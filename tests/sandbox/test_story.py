@@ -1,0 +1,60 @@
+"""The story's director (sandbox/story.py): one line per event, told once, with the state a reader needs."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane import services as core
+from controlplane.choices import Channel
+from controlplane.models import Cluster, Pool
+from scaling import services
+from scaling.choices import ProposalKind, ProposalState
+from scaling.models import Proposal
+from sandbox.story import Director
+
+from tests.core.conftest import cluster, ml_team, pool  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+PLANNER = core.Actor(None, Channel.AUTO)
+
+
+@pytest.fixture
+def story_pool(pool: Pool, cluster: Cluster) -> Pool:  # noqa: F811
+    Cluster.objects.filter(pk=cluster.pk).update(name="sandbox")
+    return pool
+
+
+def test_a_policy_approved_scale_up_is_told_once_decided_not_while_it_is_stored(story_pool: Pool) -> None:
+    said: list[str] = []
+    director = Director("chat-8b", "chat-1b-fallback", speed=4.0, say=said.append)
+    proposal = Proposal.objects.create(pool=story_pool, kind=ProposalKind.REACTIVE, current_replicas=1,
+                                       target_replicas=4, state=ProposalState.PENDING, requested_channel=Channel.AUTO,
+                                       idempotency_key="r1", expires_at=timezone.now() + timedelta(minutes=10))
+    director.step()  # between the proposal and the policy's approval: nothing to tell yet
+    assert not [line for line in said if "safety net" in line]
+    Proposal.objects.filter(pk=proposal.pk).update(state=ProposalState.EXECUTING, decided_channel=Channel.AUTO,
+                                                   decided_at=timezone.now())
+    director.step()
+    director.step()
+    told = [line for line in said if "safety net" in line]
+    assert len(told) == 1 and f"reactive scale-up #{proposal.pk} 1 → 4 (approved by policy)" in told[0]
+    assert told[0].startswith("[story 00:0")
+
+
+def test_a_pre_scale_is_told_as_waiting_in_the_inbox_and_a_stuck_scale_up_as_waiting_for_a_person(
+        story_pool: Pool) -> None:
+    said: list[str] = []
+    director = Director("chat-8b", "chat-1b-fallback", speed=4.0, say=said.append)
+    prescale = services.propose(story_pool, 6, ProposalKind.PRESCALE, PLANNER, current=1, reasons=[
+        {"code": "PreScaleProposed", "detail": "forecast peak 120.00 req/s is 4.4x the current 8.00 req/s within 30 min: "
+                                               "warm pool 5 + 50 % buffer"}])
+    stuck = Proposal.objects.create(pool=story_pool, kind=ProposalKind.REACTIVE, current_replicas=4, target_replicas=9,
+                                    state=ProposalState.PENDING, requested_channel=Channel.AUTO,
+                                    idempotency_key="r2", expires_at=timezone.now() + timedelta(minutes=10))
+    Proposal.objects.filter(pk=stuck.pk).update(created_at=timezone.now() - timedelta(seconds=30))
+    director.step()
+    assert any(f"pre-scale proposal #{prescale.pk} (1 → 6) waits in the inbox" in line and "4.4x" in line
+               for line in said)
+    assert any(f"scale-up #{stuck.pk} 4 → 9 (waits for a person in the inbox)" in line for line in said)
