@@ -44,6 +44,11 @@ CONSTANTS: dict[str, Constant] = {
     "correction_min_load": Constant(0.5, "the convergence test: below half the capacity latency says little", 0.0, 1.0),
     "correction_queue_share": Constant(0.1, "set, not fitted: a tenth of the SLO spent waiting is load's doing "
                                             "(issue 12 item 6; the long-prompt case is held out)", 0.0, 1.0),
+    # The planning margin for bursts. Rule, fixed before judging: the largest value with every day of
+    # ServeGen's week 1 at 0.99 and the code cases' mean shortfall no worse than before it (0.9 fails the
+    # second, 1.0 the first); then judged on week 2 and the conv cases (docs/benchmarks.md).
+    "capacity_utilisation": Constant(0.85, "ServeGen m-small week 1 per day, the suite's code cases (seed offset 0)",
+                                     0.3, 1.0),
     # The pre-scale protocol (design.md section 6: a protocol, not a fit).
     "prescale_ratio": Constant(3.0, "design.md section 6: >= 3x the current load within 30 minutes", 1.0, 100.0),
     "prescale_buffer": Constant(0.5, "design.md section 6: the warm pool + 50 %", 0.0, 5.0),

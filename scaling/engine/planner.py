@@ -129,6 +129,9 @@ class PoolPlan:
     # at the SLO's percentile is at least this share of the SLO. Long prompts make TTFT prefill-bound
     # while nothing waits, and more replicas cannot fix that. Unknown queue time: not checked.
     correction_queue_share: float = default("correction_queue_share")
+    # The share of the corrected capacity the pool is planned to use: the profile states capacity
+    # where latency reaches the SLO at a steady rate, and bursts above the rate need room.
+    capacity_utilisation: float = default("capacity_utilisation")
 
     @property
     def lead_s(self) -> float:
@@ -325,9 +328,11 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
     load = float(rate.value) / stated  # type: ignore[arg-type]
     latency = float(observed.value)  # type: ignore[arg-type]
     over_slo = latency > latency_at_capacity_s(pool)
-    if latency <= 0 or (load < pool.correction_min_load and not over_slo):
-        return state.capacity_correction, None
+    # The load the pool believes it carries gates the learning: on the stated capacity, a
+    # correction at 0.5 sizes the pool to half load, so it could fall but never rise again.
     believed_load = load / state.capacity_correction
+    if latency <= 0 or (believed_load < pool.correction_min_load and not over_slo):
+        return state.capacity_correction, None
     if believed_load > 1.0:
         # Past the capacity it believes in, latency is the queue's: no evidence about capacity.
         return state.capacity_correction, None
@@ -591,7 +596,7 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     reasons: list[str] = []
 
     correction, corrected = corrected_capacity(pool, state, signals, ready) if key_known else (state.capacity_correction, None)
-    capacity_rps = pool.capacity_rps_per_replica * correction
+    capacity_rps = pool.capacity_rps_per_replica * correction * pool.capacity_utilisation
     state = replace(state, capacity_correction=correction, last_known_at_s=last_known)
     if corrected:
         reasons.append(corrected)

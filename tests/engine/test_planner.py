@@ -13,9 +13,10 @@ from scaling.engine.planner import ForecastPoint, PlanInput, PlannerState, PoolP
 from scaling.engine.signals import PoolSignals, Reading
 
 # The HPA's own scale-up limit (+100 % per 15 s) so that the cases can show it binding; Headroom's
-# default is looser (see test_its_default_scale_up_limit_allows_10x_per_tick).
+# default is looser (see test_its_default_scale_up_limit_allows_10x_per_tick). Planned at full use of
+# the capacity, so the cases' arithmetic is the terms' own (the default 85 %: its own test).
 POOL = PoolPlan(capacity_rps_per_replica=10.0, min_replicas=2, max_replicas=40, cold_start_p95_s=90.0,
-                decision_delay_s=30.0, warm_pool_fraction=0.4, scale_up_percent=100.0)
+                decision_delay_s=30.0, warm_pool_fraction=0.4, scale_up_percent=100.0, capacity_utilisation=1.0)
 NOW = 10_000.0
 
 
@@ -355,7 +356,7 @@ def test_it_counts_earlier_scale_ups_against_the_rate_limit():
 
 def test_a_scale_up_waiting_for_approval_does_not_flip_the_next_target():
     # Nothing was accepted by the cluster: the next ticks ask for the same change, not 4, 40, 4, ...
-    pool = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=64)
+    pool = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=64, capacity_utilisation=1.0)
     state, targets = good_state(), []
     for tick in range(4):
         decision = plan(inputs(signals(ready=4, desired=4, rate=390.0), lead=None, now=NOW + 15 * tick), pool, state)
@@ -491,6 +492,27 @@ def test_the_capacity_correction_converges_to_the_true_capacity(truth, shape, cu
         corrections.append(state.capacity_correction)
     settled = float(np.mean(corrections[-500:]))  # the last two hours
     assert abs(settled / truth - 1) < 0.05, (truth, settled)
+
+
+def test_a_correction_at_its_floor_rises_again_when_latency_says_so():
+    # A burst taught the correction 0.5; the pool was then sized on half its stated capacity, so it
+    # runs at 45 % of that (90 % of what it believes in). Latency there is what the stated capacity
+    # predicts at 45 %: the pool has more capacity than believed, and the correction comes back up.
+    # (Gated on the stated capacity's load, it stayed at its floor for good.)
+    state = dataclasses.replace(good_state(), capacity_correction=POOL.correction_min)
+    for tick in range(200):
+        sig = signals(ready=10, rate=0.45 * 10.0 * 10, ttft_p95=p.expected_latency_s(POOL, 0.45))
+        state = plan(inputs(sig, lead=None, now=NOW + 15 * tick), POOL, state).state
+    assert state.capacity_correction > 0.9, state.capacity_correction
+
+
+def test_the_pool_is_planned_at_its_capacity_utilisation():
+    # 60 req/s forecast at 10 req/s a replica: 6 replicas at full use, 8 at 80 %.
+    for utilisation, expected in ((1.0, 6), (0.8, 8)):
+        pool = dataclasses.replace(POOL, capacity_utilisation=utilisation)
+        decision = plan(inputs(signals(ready=6, rate=40.0), lead=(50.0, 60.0)), pool, good_state(target=6))
+        assert decision.target_replicas == expected, (utilisation, decision.reasons)
+        assert decision.capacity_per_replica_rps == pytest.approx(10.0 * utilisation)
 
 
 # ---------------------------------------------------------------------------- replicas only where they help

@@ -243,7 +243,8 @@ def test_the_decide_step_keeps_the_bounds_and_survives_a_restart(pool, rates, ti
 # ---------------------------------------------------------------------------- what the properties found
 # Each of these crashed or left the bounds before the fix beside it in planner.py / decide.py.
 
-POOL = PoolPlan(capacity_rps_per_replica=10.0, min_replicas=2, max_replicas=40)
+# At full use of the capacity, so the figures below are the rule's own arithmetic.
+POOL = PoolPlan(capacity_rps_per_replica=10.0, min_replicas=2, max_replicas=40, capacity_utilisation=1.0)
 
 
 def _signals(ready: float | None = 4, desired: float | None = 4, queue: float | None = 0.0, rate: float | None = 30.0,
