@@ -9,9 +9,9 @@ read them) and then the alert rules, so the samples, the planner's decision, the
 by policy and applied to the emulator) and the incident are the ones the product makes. The pre-scale is
 proposed through `scaling.services.propose` with the loop's own wording (a forecast needs a day of history).
 
-Its screenshots (docs/img/readme-*.png) show these pages with fixed, scripted figures; the README's own come
-from test_demo_story.py, which plays the live demo's story. They are written to a temporary folder unless
-SAVE_SCREENSHOTS=1 is set, so a test run leaves the tree clean:
+Its screenshots (readme-*.png) show these pages with fixed, scripted figures, for a reviewer; the README's
+come from test_demo_story.py, which plays the live demo's story. They are written to a temporary folder
+unless SAVE_SCREENSHOTS=1 is set (then docs/img/, not committed), so a test run leaves the tree clean:
 
     SAVE_SCREENSHOTS=1 DATABASE_URL=postgres://postgres@127.0.0.1:5432/headroom \
         .venv/bin/pytest -q -p no:cacheprovider tests/browser/test_readme_story.py
