@@ -21,26 +21,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.forecastable_case import TRACE, per_day  # noqa: E402
+from bench.forecastable_case import TRACE, Recording, per_day  # noqa: E402
 from bench.headroom_suite import parse_overrides  # noqa: E402
 from scaling.sim.fluid_mode import run_fluid_mode  # noqa: E402
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
 from scaling.sim.replay import build_parser, config_from, workload_from  # noqa: E402
 
 
-class Watched:
+class Watched(Recording):
     """Headroom, with its capacity correction kept at every tick."""
 
     def __init__(self, inner: HeadroomPolicy) -> None:
-        self.inner, self.name, self.tick_s = inner, inner.name, inner.tick_s
-        self.observes_latency = getattr(inner, "observes_latency", False)
+        super().__init__(inner)
         self.corrections: list[float] = []
 
-    def new_state(self):
-        return self.inner.new_state()
-
     def decide(self, now, observation, state) -> int:
-        replicas = self.inner.decide(now, observation, state)
+        replicas = super().decide(now, observation, state)
         self.corrections.append(state.decide.planner.capacity_correction)
         return replicas
 
