@@ -51,6 +51,9 @@ def cluster() -> Iterator[tuple[PrometheusLauncher, Fleet]]:
                     requests.post(replica.base_url + "/v1/completions", timeout=10,
                                   json={"model": replica.model_name, "prompt": "a b c", "max_tokens": tokens})
         assert wait_until(lambda: prometheus.query(f'sum(vllm:request_success_total{{model_name="{CODE}"}}) == 2'), 10)
+        # A scrape can catch a finished request still counted as running (the engine lets go of it after
+        # the response): wait until Prometheus has seen every replica idle, as the tests expect.
+        assert wait_until(lambda: prometheus.query("count(vllm:num_requests_running == 0) == 4"), 10)
         # Rates need two samples that tell the traffic apart: wait until the source reads them, not a fixed time.
         source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
 
