@@ -150,12 +150,27 @@ def scored(workload, config, policies: dict, args) -> dict[str, object]:
     return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The trace, its scale and headroom's PoolPlan overrides: what every script on this case takes."""
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--rate-scale", type=float, default=0.05, metavar="K")
     parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a PoolPlan field of headroom's (as bench/headroom_suite.py --pool)")
+
+
+def case_from(args: argparse.Namespace):
+    """The replay's config and workload for the case, and headroom's PoolPlan with the overrides."""
+    replay_args = build_parser().parse_args(["--trace", args.trace, "--rate-scale", str(args.rate_scale),
+                                             "--mode", "fluid", "--policy", "headroom"])
+    config, workload = config_from(replay_args), workload_from(replay_args)
+    pool = pool_plan_for(config, workload)
+    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in parse_overrides(args.pool).items()})
+    return config, workload, pool
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_case_arguments(parser)
     parser.add_argument("--no-baselines", action="store_true", help="skip the tuned hpa-util and keda-queue")
     parser.add_argument("--search-step-s", type=float, default=None, metavar="S",
                         help="fluid step of the clairvoyant's and the static size's search replays (default: as "
@@ -166,16 +181,11 @@ def main() -> None:
     if args.from_json:
         print(markdown(json.loads(Path(args.from_json).read_text())))
         return
-    replay_args = build_parser().parse_args(["--trace", args.trace, "--rate-scale", str(args.rate_scale),
-                                             "--mode", "fluid", "--policy", "headroom"])
-    config = config_from(replay_args)
-    workload = workload_from(replay_args)
+    config, workload, pool = case_from(args)
     if args.search_step_s is None:
         args.search_step_s = max(config.fluid_step_s, workload.span_s / SEARCH_MAX_STEPS)
     context = PolicyContext(workload, config, lambda policy: run_fluid_mode(workload, config, policy))
     started = time.process_time()
-    pool = pool_plan_for(config, workload)
-    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in parse_overrides(args.pool).items()})
     recording = Recording(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
     full = {"headroom": recording}
     if not args.no_baselines:

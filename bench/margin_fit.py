@@ -11,7 +11,6 @@ capacity correction is watched at every tick (its mean and the share of ticks at
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -21,11 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.forecastable_case import TRACE, Recording, per_day  # noqa: E402
-from bench.headroom_suite import parse_overrides  # noqa: E402
+from bench.forecastable_case import Recording, add_case_arguments, case_from, per_day  # noqa: E402
 from scaling.sim.fluid_mode import run_fluid_mode  # noqa: E402
-from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
-from scaling.sim.replay import build_parser, config_from, workload_from  # noqa: E402
+from scaling.sim.policies.headroom import HeadroomPolicy  # noqa: E402
 
 
 class Watched(Recording):
@@ -43,16 +40,9 @@ class Watched(Recording):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(TRACE))
-    parser.add_argument("--rate-scale", type=float, default=0.05, metavar="K")
-    parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a PoolPlan field of headroom's (as bench/headroom_suite.py --pool)")
+    add_case_arguments(parser)
     args = parser.parse_args()
-    replay_args = build_parser().parse_args(["--trace", args.trace, "--rate-scale", str(args.rate_scale),
-                                             "--mode", "fluid", "--policy", "headroom"])
-    config, workload = config_from(replay_args), workload_from(replay_args)
-    pool = pool_plan_for(config, workload)
-    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in parse_overrides(args.pool).items()})
+    config, workload, pool = case_from(args)
     policy = Watched(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
     started = time.process_time()
     result = run_fluid_mode(workload, config, policy, misses_by_minute=True)
