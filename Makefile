@@ -63,14 +63,18 @@ SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/
 # The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.
 REAL_VLLM_TESTS := $(wildcard tests/realvllm)
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+# The pure and the database tiers run on pytest-xdist workers (each with its own test database, tests/isolation.py):
+# CI has two cores. WORKERS=1 runs them in one process.
+WORKERS ?= 2
+PARALLEL := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS))
 
 test: install system-deps test-fast test-db test-services test-realvllm
 
 test-fast: install
-	$(if $(FAST_TESTS),$(PYTEST) $(FAST_TESTS),@echo "no fast tests")
+	$(if $(FAST_TESTS),$(PYTEST) $(PARALLEL) $(FAST_TESTS),@echo "no fast tests")
 
 test-db: install
-	$(if $(DB_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(DB_TESTS),@echo "no database tests")
+	$(if $(DB_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(PARALLEL) $(DB_TESTS),@echo "no database tests")
 
 test-services: install system-deps
 	$(if $(SERVICE_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(SERVICE_TESTS),@echo "no service tests")

@@ -48,7 +48,11 @@ def test_a_drill_of_the_surge_playbook_runs_end_to_end_and_is_scored(surge_playb
     assert score["time_to_acknowledge_s"] is not None and score["time_to_acknowledge_s"] < 10
     assert score["time_to_approve_s"] is not None and score["time_to_ready_s"] is not None
     assert score["peak_ready_replicas"] == proposal.target_replicas >= 10  # 30 req/s at 4 a replica, + 50 %
-    assert 0 < score["slo_attainment"] < 1  # the surge hurt before the capacity arrived
+    # The pre-scale is sized from the surge's rate when the incident opens (warm pool + 50 %): most of the surge
+    # is served once the replicas are Ready (0.69 measured), but it hurt before the capacity arrived.
+    # (Until the drill waited for the Deployment to report its first replica, a first tick that read 0 ready
+    # opened the incident before the surge and it scored about 0.005.)
+    assert 0.5 <= score["slo_attainment"] < 1
     assert record.score == score and len(record.ticks) == 29
     titles = [entry.title for entry in timeline.timeline(incident)]
     assert any(title.startswith(f"Proposal #{proposal.pk} replicas ready") for title in titles), titles
@@ -58,17 +62,12 @@ def test_a_drill_of_the_surge_playbook_runs_end_to_end_and_is_scored(surge_playb
 
 
 def test_without_a_responder_the_surge_is_not_answered_and_scores_worse(surge_playbook, alice: User) -> None:
-    answered = drill("ml-platform/surge", "--scenario", "surge-10x", "--auto-respond", "alice", "--speed", "20",
-                     "--duration", "420")
     ignored = drill("ml-platform/surge", "--scenario", "surge-10x", "--speed", "20", "--duration", "420")
     assert ignored["time_to_acknowledge_s"] is None and ignored["steps"][1]["state"] == "pending"
-    assert ignored["time_to_ready_s"] is None and answered["time_to_ready_s"] is not None
-    assert ignored["peak_ready_replicas"] < answered["peak_ready_replicas"]
-    # The pre-scale is sized from the surge's rate when the incident opens (warm pool + 50 %): answered, most of
-    # the surge is served once the replicas are Ready (0.69 measured); unanswered, almost nothing is.
-    # (Until the drill waited for the Deployment to report its first replica, a first tick that read 0 ready
-    # opened the incident before the surge and both scored about 0.005.)
-    assert answered["slo_attainment"] >= 0.5 > 0.1 >= ignored["slo_attainment"]
+    assert ignored["time_to_ready_s"] is None
+    # Against the answered drill above (the same scenario): no scale-up, and almost nothing served in time.
+    assert ignored["peak_ready_replicas"] < 10
+    assert ignored["slo_attainment"] <= 0.1
 
 
 @pytest.mark.parametrize(("args", "message"), [
