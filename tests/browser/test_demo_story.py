@@ -153,6 +153,12 @@ def test_the_demo_tells_the_readme_story(demo: Demo, browser_page: Page, screens
     scale_up = demo.wait_for(r"safety net: (reactive|predictive) scale-up #(\d+) 1 → \d+ \(approved by policy\).*"
                              r"\(/pools/(\d+)/\)")
     demo.wait_for(r"fallback active: \S+ takes \d+ % of the route")
+    # The fleet at a glance: the surged pool's readings against its objectives, and what waits for a person.
+    page.goto(demo.url + "/")
+    row = page.locator("#fleet-table tbody tr", has=page.locator(f"a[href='/pools/{scale_up[3]}/']"))
+    expect(row).to_contain_text("TTFT p95")
+    expect(row).to_contain_text("waiting for approval since")
+    page.screenshot(path=str(screenshots / "story-fleet.png"), full_page=True)
     page.goto(demo.url + f"/pools/{scale_up[3]}/")
     expect(page.locator(f"#decision-{scale_up[2]}")).to_contain_text("policy")
     expect(page.locator(f"#decision-{prescale[1]} .badge")).to_have_text("pending")
