@@ -6,20 +6,24 @@ that many come back). `speed` compresses the trace's time; `rate` scales the req
 (0.5 drops every other request on average, 3 sends each three times). Clients time out and retry
 with backoff like real ones, so an overloaded pool sees the retries pile up. `report()` says what
 the clients saw.
+
+The clients are coroutines on one asyncio event loop in one background thread (aiohttp), not a thread
+each: a 10x surge holds a few thousand requests in flight, and as threads they loaded a 2-core box
+past a load average of 600 (docs/sandbox.md, "Client threads").
 """
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import numpy as np
-import requests
 
 RETRYABLE_STATUS = {500, 502, 503, 504}
 
@@ -33,11 +37,14 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class ClientOptions:
-    timeout_s: float = 60.0  # per attempt, wall seconds
+    # Per attempt, wall seconds: to connect, and then between bytes of the answer (a stream that keeps
+    # sending is not cut off), like `requests`' timeout.
+    timeout_s: float = 60.0
     retries: int = 2  # extra attempts after a timeout, connection error or 5xx
     backoff_s: float = 0.5  # doubled on each retry
-    # Concurrent client connections. Users arrive open-loop: a cap that the surge reaches holds requests
-    # on the client, where no server metric sees them queue, so it sits well above any scenario's need.
+    # Concurrent requests (each holds one connection, and its slot through its retries). Users arrive
+    # open-loop: a cap that the surge reaches holds requests on the client, where no server metric sees
+    # them queue, so it sits well above any scenario's need.
     max_in_flight: int = 2048
     model: str = "sandbox"  # the gateway rewrites it to the chosen pool's model
     max_prompt_tokens: int = 16_000  # longer prompts are clipped to keep the emulator's context valid
@@ -104,6 +111,9 @@ def scale_rate(trace: Iterable[TraceRequest], rate: float, seed: int = 0) -> Ite
             yield request
 
 
+STOP_JOIN_S = 10.0  # how long stop() waits for the client thread to cancel what is in flight
+
+
 class TrafficGenerator:
     def __init__(self, url: str, trace: Iterable[TraceRequest], *, speed: float = 1.0, rate: float = 1.0,
                  options: ClientOptions | None = None, seed: int = 0) -> None:
@@ -112,34 +122,46 @@ class TrafficGenerator:
         self.speed = speed
         self.options = options or ClientOptions()
         self._report = TrafficReport()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the report: written on the loop, read by anyone
         self._stop = threading.Event()
-        self._local = threading.local()
-        self._pool = ThreadPoolExecutor(self.options.max_in_flight, thread_name_prefix="traffic")
-        self._dispatcher: threading.Thread | None = None
+        self._dispatched = threading.Event()  # every request of the trace was sent (or sending stopped)
+        self._thread: threading.Thread | None = None  # runs the event loop: the dispatcher and every request
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
 
     def start(self) -> TrafficGenerator:
-        self._dispatcher = threading.Thread(target=self._dispatch, name="traffic-dispatch", daemon=True)
-        self._dispatcher.start()
+        self._thread = threading.Thread(target=self._run_loop, name="traffic", daemon=True)
+        self._thread.start()
         return self
 
     def sending(self) -> bool:
         """Whether requests of the trace are still to be sent (a finite trace ends)."""
-        return self._dispatcher is not None and self._dispatcher.is_alive()
+        return self._thread is not None and self._thread.is_alive() and not self._dispatched.is_set()
 
     def wait(self, timeout: float | None = None) -> TrafficReport:
-        """Wait until every request was sent and answered (or gave up)."""
-        if self._dispatcher is not None:
-            self._dispatcher.join(timeout)
-        self._pool.shutdown(wait=True)
+        """Wait until every request was sent and answered (or gave up); at most `timeout` seconds if given.
+        Raises what broke the client loop, if something did."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._error is not None:
+            raise RuntimeError("the traffic generator's client loop failed") from self._error
         return self.report()
 
     def run(self) -> TrafficReport:
         return self.start().wait()
 
     def stop(self) -> TrafficReport:
+        """Stop sending and abandon the requests in flight (they are counted as sent, but not recorded)."""
         self._stop.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        loop, main = self._loop, self._main
+        if loop is not None and main is not None:
+            try:
+                loop.call_soon_threadsafe(main.cancel)
+            except RuntimeError:
+                pass  # the loop already ended
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(STOP_JOIN_S)
         return self.report()
 
     def report(self) -> TrafficReport:
@@ -151,43 +173,63 @@ class TrafficGenerator:
             return copy
 
     # --- sending ---------------------------------------------------------------------------
-    def _dispatch(self) -> None:
+    def _run_loop(self) -> None:
+        try:
+            asyncio.run(self._clients())
+        except asyncio.CancelledError:
+            pass  # stopped
+        except BaseException as error:  # noqa: BLE001 - wait() raises it where the caller sees it
+            self._error = error
+        finally:
+            self._dispatched.set()
+
+    async def _clients(self) -> None:
+        self._loop, self._main = asyncio.get_running_loop(), asyncio.current_task()
+        if self._stop.is_set():  # stopped before the loop ran: stop() could not cancel it
+            return
+        # The semaphore, not the connector, holds requests beyond max_in_flight: aiohttp's timeout would
+        # count the wait for a pooled connection as part of the attempt.
+        slots = asyncio.Semaphore(self.options.max_in_flight)
+        connector = aiohttp.TCPConnector(limit=self.options.max_in_flight)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.options.timeout_s,
+                                        sock_read=self.options.timeout_s)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            # A request that raises ends the group, and with it the run: wait() raises it.
+            async with asyncio.TaskGroup() as requests_in_flight:
+                try:
+                    await self._dispatch(session, slots, requests_in_flight)
+                finally:
+                    self._dispatched.set()
+
+    async def _dispatch(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore,
+                        group: asyncio.TaskGroup) -> None:
         started = time.monotonic()
         first_t: float | None = None
         for request in self.trace:
             first_t = request.t_s if first_t is None else first_t
             due = started + (request.t_s - first_t) / self.speed
-            if self._stop.wait(max(0.0, due - time.monotonic())):
-                return
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
             with self._lock:
                 self._report.sent += 1
-            try:
-                self._pool.submit(self._send, request, due)
-            except RuntimeError:
-                return  # stopped
+            group.create_task(self._send(session, slots, request, due))
 
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-        return session
-
-    def _send(self, request: TraceRequest, due: float | None = None) -> None:
+    async def _send(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore, request: TraceRequest,
+                    due: float) -> None:
         prompt_tokens = max(1, min(request.prompt_tokens, self.options.max_prompt_tokens))
         body = {"model": self.options.model, "prompt": "hi " * prompt_tokens,
                 "max_tokens": max(1, request.output_tokens), "ignore_eos": True, "stream": self.options.stream}
-        # A user's clock starts when the request is due, not when a client thread is free to send it.
-        started = time.monotonic() if due is None else min(due, time.monotonic())
+        # A user's clock starts when the request is due, not when a client slot is free to send it.
+        started = min(due, time.monotonic())
         outcome, first_token_at, pool = "error", None, None
-        for attempt in range(self.options.retries + 1):
-            if attempt:
-                with self._lock:
-                    self._report.retries += 1
-                if self._stop.wait(self.options.backoff_s * 2 ** (attempt - 1)):
+        async with slots:
+            for attempt in range(self.options.retries + 1):
+                if attempt:
+                    with self._lock:
+                        self._report.retries += 1
+                    await asyncio.sleep(self.options.backoff_s * 2 ** (attempt - 1))
+                outcome, first_token_at, pool = await self._attempt(session, body)
+                if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
                     break
-            outcome, first_token_at, pool = self._attempt(body)
-            if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
-                break
         finished = time.monotonic()
         succeeded = outcome == "200"
         record = RequestRecord(request.t_s, outcome, finished - started if succeeded else None,
@@ -201,26 +243,23 @@ class TrafficGenerator:
             else:
                 self._report.failed += 1
 
-    def _attempt(self, body: dict[str, Any]) -> tuple[str, float | None, str | None]:
+    async def _attempt(self, session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[str, float | None, str | None]:
         """One try: its status (or why none came), when streamed when the first token arrived, and the
         pool that answered (the gateway's x-sandbox-pool header)."""
         try:
-            with self._session().post(self.url, json=body, timeout=self.options.timeout_s,
-                                      stream=self.options.stream) as response:
+            async with session.post(self.url, json=body) as response:
                 pool = response.headers.get("x-sandbox-pool")
-                if not self.options.stream or response.status_code != 200:
-                    response.content  # noqa: B018 - read the whole answer, as a client does
-                    return str(response.status_code), None, pool
+                if not self.options.stream or response.status != 200:
+                    await response.read()  # the whole answer, as a client reads it
+                    return str(response.status), None, pool
                 first_token_at = None
-                for line in response.iter_lines():
+                async for line in response.content:
                     if first_token_at is None and line.startswith(b"data: {"):
                         first_token_at = time.monotonic()
                 return "200", first_token_at, pool
-        except requests.Timeout:
+        except TimeoutError:  # aiohttp's connect and read timeouts are TimeoutErrors
             with self._lock:
                 self._report.timeouts += 1
-            self._local.session = None  # the connection is in an unknown state
-            return "timeout", None, None
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
-            self._local.session = None  # refused, reset, or an answer cut off mid-stream
-            return "connection_error", None, None
+            return "timeout", None, None  # aiohttp closes that connection rather than reuse it
+        except aiohttp.ClientError:
+            return "connection_error", None, None  # refused, reset, or an answer cut off mid-stream
