@@ -145,7 +145,7 @@ class TrafficGenerator:
         if self._thread is not None:
             self._thread.join(timeout)
         if self._error is not None:
-            raise RuntimeError("the traffic generator's client loop failed") from self._error
+            raise RuntimeError(f"the traffic generator's client loop failed: {self._error!r}") from self._error
         return self.report()
 
     def run(self) -> TrafficReport:
@@ -179,6 +179,9 @@ class TrafficGenerator:
         except asyncio.CancelledError:
             pass  # stopped
         except BaseException as error:  # noqa: BLE001 - wait() raises it where the caller sees it
+            # The task group wraps what a request or the trace raised; one error is said as itself.
+            while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+                error = error.exceptions[0]
             self._error = error
         finally:
             self._dispatched.set()
