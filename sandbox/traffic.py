@@ -7,25 +7,33 @@ that many come back). `speed` compresses the trace's time; `rate` scales the req
 with backoff like real ones, so an overloaded pool sees the retries pile up. `report()` says what
 the clients saw.
 
-The clients are coroutines on one asyncio event loop in one background thread (aiohttp), not a thread
-each: a 10x surge holds a few thousand requests in flight, and as threads they loaded a 2-core box
-past a load average of 600 (docs/sandbox.md, "Client threads").
+The clients are coroutines on one asyncio event loop in a child process (sandbox/traffic_clients.py),
+not a thread each: a 10x surge holds a few thousand requests in flight, and as threads of the
+sandbox's process they loaded a 2-core box (docs/sandbox.md, "Client threads"). This process keeps
+two threads: one hands the child each request a little before it is due, one reads back what the
+clients saw.
 """
 from __future__ import annotations
 
-import asyncio
+import json
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 
-RETRYABLE_STATUS = {500, 502, 503, 504}
+from sandbox.traffic_clients import RETRYABLE_STATUS, ClientOptions
+
+__all__ = ["RETRYABLE_STATUS", "ClientOptions", "RequestRecord", "TraceRequest", "TrafficGenerator", "TrafficReport",
+           "from_rows", "from_workload", "load_trace_file", "scale_rate"]
 
 
 @dataclass(frozen=True)
@@ -33,22 +41,6 @@ class TraceRequest:
     t_s: float  # seconds from the trace start
     prompt_tokens: int
     output_tokens: int
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    # Per attempt, wall seconds: to connect, and then between bytes of the answer (a stream that keeps
-    # sending is not cut off), like `requests`' timeout.
-    timeout_s: float = 60.0
-    retries: int = 2  # extra attempts after a timeout, connection error or 5xx
-    backoff_s: float = 0.5  # doubled on each retry
-    # Concurrent requests (each holds one connection, and its slot through its retries). Users arrive
-    # open-loop: a cap that the surge reaches holds requests on the client, where no server metric sees
-    # them queue, so it sits well above any scenario's need.
-    max_in_flight: int = 2048
-    model: str = "sandbox"  # the gateway rewrites it to the chosen pool's model
-    max_prompt_tokens: int = 16_000  # longer prompts are clipped to keep the emulator's context valid
-    stream: bool = False  # stream the answer, so the client sees its time to first token
 
 
 @dataclass(frozen=True)
@@ -111,7 +103,9 @@ def scale_rate(trace: Iterable[TraceRequest], rate: float, seed: int = 0) -> Ite
             yield request
 
 
-STOP_JOIN_S = 10.0  # how long stop() waits for the client thread to cancel what is in flight
+HANDOVER_S = 1.0  # how long before its due time a request goes to the client process, so this one's lag does not delay it
+STOP_JOIN_S = 10.0  # how long stop() waits for the threads of this process
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the client process runs this checkout's code
 
 
 class TrafficGenerator:
@@ -122,30 +116,39 @@ class TrafficGenerator:
         self.speed = speed
         self.options = options or ClientOptions()
         self._report = TrafficReport()
-        self._lock = threading.Lock()  # the report: written on the loop, read by anyone
+        self._lock = threading.Lock()  # the report: written by the reader, read by anyone
         self._stop = threading.Event()
+        self._ready = threading.Event()  # the client process can send
         self._dispatched = threading.Event()  # every request of the trace was sent (or sending stopped)
-        self._thread: threading.Thread | None = None  # runs the event loop: the dispatcher and every request
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._main: asyncio.Task[None] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._dispatcher: threading.Thread | None = None
+        self._reader: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def start(self) -> TrafficGenerator:
-        self._thread = threading.Thread(target=self._run_loop, name="traffic", daemon=True)
-        self._thread.start()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+        config = json.dumps({"url": self.url, "options": asdict(self.options)})
+        self._process = subprocess.Popen([sys.executable, "-m", "sandbox.traffic_clients", config], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._read, name="traffic-records", daemon=True)
+        self._dispatcher = threading.Thread(target=self._dispatch, name="traffic-dispatch", daemon=True)
+        self._reader.start()
+        self._dispatcher.start()
         return self
 
     def sending(self) -> bool:
         """Whether requests of the trace are still to be sent (a finite trace ends)."""
-        return self._thread is not None and self._thread.is_alive() and not self._dispatched.is_set()
+        return self._process is not None and not self._dispatched.is_set()
 
     def wait(self, timeout: float | None = None) -> TrafficReport:
         """Wait until every request was sent and answered (or gave up); at most `timeout` seconds if given.
-        Raises what broke the client loop, if something did."""
-        if self._thread is not None:
-            self._thread.join(timeout)
+        Raises what broke the trace or the client process, if something did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in (self._dispatcher, self._reader):
+            if thread is not None:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         if self._error is not None:
-            raise RuntimeError(f"the traffic generator's client loop failed: {self._error!r}") from self._error
+            raise RuntimeError(f"the traffic generator failed: {self._error!r}") from self._error
         return self.report()
 
     def run(self) -> TrafficReport:
@@ -154,14 +157,17 @@ class TrafficGenerator:
     def stop(self) -> TrafficReport:
         """Stop sending and abandon the requests in flight (they are counted as sent, but not recorded)."""
         self._stop.set()
-        loop, main = self._loop, self._main
-        if loop is not None and main is not None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+        for thread in (self._dispatcher, self._reader):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(STOP_JOIN_S)
+        if self._process is not None:
             try:
-                loop.call_soon_threadsafe(main.cancel)
-            except RuntimeError:
-                pass  # the loop already ended
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(STOP_JOIN_S)
+                self._process.wait(STOP_JOIN_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._dispatched.set()
         return self.report()
 
     def report(self) -> TrafficReport:
@@ -173,96 +179,65 @@ class TrafficGenerator:
             return copy
 
     # --- sending ---------------------------------------------------------------------------
-    def _run_loop(self) -> None:
+    def _dispatch(self) -> None:
+        """Hands each request to the client process HANDOVER_S before it is due; the trace clock starts
+        when the client process is ready (its start-up is not the users')."""
+        assert self._process is not None and self._process.stdin is not None
+        pipe = self._process.stdin
         try:
-            asyncio.run(self._clients())
-        except asyncio.CancelledError:
-            pass  # stopped
-        except BaseException as error:  # noqa: BLE001 - wait() raises it where the caller sees it
-            # The task group wraps what a request or the trace raised; one error is said as itself.
-            while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-                error = error.exceptions[0]
+            while not self._ready.wait(0.1):
+                if self._stop.is_set() or self._process.poll() is not None:
+                    return
+            started = time.monotonic()
+            first_t: float | None = None
+            for request in self.trace:
+                first_t = request.t_s if first_t is None else first_t
+                due = started + (request.t_s - first_t) / self.speed
+                if self._stop.wait(max(0.0, due - HANDOVER_S - time.monotonic())):
+                    return
+                pipe.write(json.dumps([request.t_s, request.prompt_tokens, request.output_tokens, due]).encode()
+                           + b"\n")
+                pipe.flush()
+        except OSError:
+            return  # the client process ended (stopped, or failed: the reader says so)
+        except Exception as error:  # noqa: BLE001 - the trace failed: wait() raises it where the caller sees it
             self._error = error
         finally:
-            self._dispatched.set()
+            try:
+                pipe.close()  # the end of the trace: the client process finishes what is in flight and exits
+            except OSError:
+                pass
 
-    async def _clients(self) -> None:
-        self._loop, self._main = asyncio.get_running_loop(), asyncio.current_task()
-        if self._stop.is_set():  # stopped before the loop ran: stop() could not cancel it
-            return
-        # The semaphore, not the connector, holds requests beyond max_in_flight: aiohttp's timeout would
-        # count the wait for a pooled connection as part of the attempt.
-        slots = asyncio.Semaphore(self.options.max_in_flight)
-        connector = aiohttp.TCPConnector(limit=self.options.max_in_flight)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.options.timeout_s,
-                                        sock_read=self.options.timeout_s)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            # A request that raises ends the group, and with it the run: wait() raises it.
-            async with asyncio.TaskGroup() as requests_in_flight:
-                try:
-                    await self._dispatch(session, slots, requests_in_flight)
-                finally:
-                    self._dispatched.set()
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            event = json.loads(line)
+            kind = event[0]
+            if kind == "ready":
+                self._ready.set()
+            elif kind == "dispatched":
+                self._dispatched.set()
+            else:
+                with self._lock:
+                    self._count(kind, event[1:])
+        returncode = self._process.wait()
+        self._dispatched.set()
+        if returncode != 0 and not self._stop.is_set() and self._error is None:
+            self._error = RuntimeError(f"the client process exited with status {returncode} (its error is above)")
 
-    async def _dispatch(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore,
-                        group: asyncio.TaskGroup) -> None:
-        started = time.monotonic()
-        first_t: float | None = None
-        for request in self.trace:
-            first_t = request.t_s if first_t is None else first_t
-            due = started + (request.t_s - first_t) / self.speed
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            with self._lock:
-                self._report.sent += 1
-            group.create_task(self._send(session, slots, request, due))
-
-    async def _send(self, session: aiohttp.ClientSession, slots: asyncio.Semaphore, request: TraceRequest,
-                    due: float) -> None:
-        prompt_tokens = max(1, min(request.prompt_tokens, self.options.max_prompt_tokens))
-        body = {"model": self.options.model, "prompt": "hi " * prompt_tokens,
-                "max_tokens": max(1, request.output_tokens), "ignore_eos": True, "stream": self.options.stream}
-        # A user's clock starts when the request is due, not when a client slot is free to send it.
-        started = min(due, time.monotonic())
-        outcome, first_token_at, pool = "error", None, None
-        async with slots:
-            for attempt in range(self.options.retries + 1):
-                if attempt:
-                    with self._lock:
-                        self._report.retries += 1
-                    await asyncio.sleep(self.options.backoff_s * 2 ** (attempt - 1))
-                outcome, first_token_at, pool = await self._attempt(session, body)
-                if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
-                    break
-        finished = time.monotonic()
-        succeeded = outcome == "200"
-        record = RequestRecord(request.t_s, outcome, finished - started if succeeded else None,
-                               first_token_at - started if succeeded and first_token_at is not None else None, pool)
-        with self._lock:
-            self._report.statuses[outcome] += 1
+    def _count(self, kind: str, fields: list[Any]) -> None:
+        if kind == "sent":
+            self._report.sent += 1
+        elif kind == "retry":
+            self._report.retries += 1
+        elif kind == "timeout":
+            self._report.timeouts += 1
+        elif kind == "record":
+            record = RequestRecord(*fields)
+            self._report.statuses[record.outcome] += 1
             self._report.records.append(record)
-            if succeeded:
+            if record.e2e_s is not None:
                 self._report.succeeded += 1
-                self._report.latencies_s.append(finished - started)
+                self._report.latencies_s.append(record.e2e_s)
             else:
                 self._report.failed += 1
-
-    async def _attempt(self, session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[str, float | None, str | None]:
-        """One try: its status (or why none came), when streamed when the first token arrived, and the
-        pool that answered (the gateway's x-sandbox-pool header)."""
-        try:
-            async with session.post(self.url, json=body) as response:
-                pool = response.headers.get("x-sandbox-pool")
-                if not self.options.stream or response.status != 200:
-                    await response.read()  # the whole answer, as a client reads it
-                    return str(response.status), None, pool
-                first_token_at = None
-                async for line in response.content:
-                    if first_token_at is None and line.startswith(b"data: {"):
-                        first_token_at = time.monotonic()
-                return "200", first_token_at, pool
-        except TimeoutError:  # aiohttp's connect and read timeouts are TimeoutErrors
-            with self._lock:
-                self._report.timeouts += 1
-            return "timeout", None, None  # aiohttp closes that connection rather than reuse it
-        except aiohttp.ClientError:
-            return "connection_error", None, None  # refused, reset, or an answer cut off mid-stream

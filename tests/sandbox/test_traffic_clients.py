@@ -1,6 +1,7 @@
-"""The traffic generator's clients (sandbox/traffic.py) against scripted servers on loopback: retries and
-their backoff, per-attempt timeouts, streamed time to first token, stop() mid-run, and requests in flight
-without a thread each."""
+"""The traffic generator (sandbox/traffic.py) and its client process (sandbox/traffic_clients.py) against
+scripted servers on loopback: retries and their backoff, per-attempt timeouts, streamed time to first
+token, the due-time clock, stop() mid-run, failures said by wait(), and requests in flight without a
+thread each."""
 from __future__ import annotations
 
 import asyncio
@@ -167,11 +168,10 @@ def test_a_refused_connection_is_retried_then_reported() -> None:
 
 def test_requests_are_sent_when_due_on_the_compressed_clock() -> None:
     with scripted(lambda handler, call, body: answer(handler, 200)) as (url, arrivals):
-        started = time.monotonic()
         trace = [TraceRequest(10.0, 5, 1), TraceRequest(11.0, 5, 1), TraceRequest(13.0, 5, 1)]
         report = TrafficGenerator(url, trace, speed=4).run()
     assert report.succeeded == 3
-    offsets = [arrival - started for arrival in arrivals]
+    offsets = [arrival - arrivals[0] for arrival in arrivals]
     assert offsets == pytest.approx([0.0, 0.25, 0.75], abs=0.1)  # from the first request, at 4x
 
 
@@ -187,7 +187,10 @@ def test_stop_mid_run_stops_sending_and_abandons_what_is_in_flight() -> None:
     trace = [TraceRequest(0.0, 5, 1), TraceRequest(0.1, 5, 1), TraceRequest(60.0, 5, 1)]
     with scripted(script) as (url, arrivals):
         traffic = TrafficGenerator(url, trace, options=ClientOptions(backoff_s=5.0)).start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while len(arrivals) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # the first answer is read
         assert traffic.sending()  # the third request is due in a minute
         stopped_at = time.monotonic()
         report = traffic.stop()
@@ -198,7 +201,8 @@ def test_stop_mid_run_stops_sending_and_abandons_what_is_in_flight() -> None:
     assert (report.sent, report.succeeded, report.failed) == (2, 1, 0)  # the hung one: sent, not recorded
     assert len(arrivals) == 2
     assert traffic.wait(timeout=1).sent == 2
-    assert not any(thread.name == "traffic" and thread.is_alive() for thread in threading.enumerate())
+    assert not any(thread.name.startswith("traffic") and thread.is_alive() for thread in threading.enumerate())
+    assert traffic._process is not None and traffic._process.poll() is not None  # the client process ended
 
 
 def test_stop_before_start_sends_nothing() -> None:
@@ -216,14 +220,14 @@ def test_a_trace_that_fails_makes_wait_raise() -> None:
 
     with scripted(lambda handler, call, body: answer(handler, 200)) as (url, _):
         traffic = TrafficGenerator(url, trace()).start()
-        with pytest.raises(RuntimeError, match="client loop failed") as failure:
+        with pytest.raises(RuntimeError, match="traffic generator failed") as failure:
             traffic.wait(timeout=5)
     assert "prompt tokens" in str(failure.value.__cause__)
 
 
 def test_requests_in_flight_do_not_each_take_a_thread() -> None:
-    """300 requests held open together: the client adds one thread (its event loop), not 300. The server is
-    an asyncio one too, so that the process's thread count is the client's."""
+    """300 requests held open together: two threads here and a client process of two or three, not 300
+    threads. The server is an asyncio one too, so that this process's thread count is the client's."""
     held = 300
     arrived = 0
     everyone_in = asyncio.Event()
@@ -264,10 +268,14 @@ def test_requests_in_flight_do_not_each_take_a_thread() -> None:
         while arrived < held and time.monotonic() < deadline:
             time.sleep(0.02)
         during = threading.active_count()
+        assert traffic._process is not None
+        with open(f"/proc/{traffic._process.pid}/status") as status:
+            client_threads = int(next(line for line in status if line.startswith("Threads:")).split()[1])
         report = traffic.wait(timeout=10)
     finally:
         state["loop"].call_soon_threadsafe(state["done"].set)
         server.join(5)
     assert arrived == held
-    assert during - before <= 2  # the loop's thread (and at most one helper of asyncio's)
+    assert during - before <= 2  # the dispatcher and the reader
+    assert client_threads <= 3  # the client process: its event loop, its stdin reader (and one of asyncio's)
     assert (report.sent, report.succeeded) == (held, held)
