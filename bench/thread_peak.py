@@ -4,8 +4,9 @@ the thread count of the command's process tree (from /proc/PID/status) and the 1
     PYTHONPATH=. .venv/bin/python bench/thread_peak.py --out /tmp/threads.json -- \
         make -s demo-headless DEMO_ARGS="--speed 2"
 
-The command's stdout and stderr pass through; the samples and their peaks go to --out as JSON, and the
-peaks to stderr. Linux only (it reads /proc).
+(With no command it runs that one, and writes var/thread_peak.json.) The command's stdout and stderr
+pass through; the samples and their peaks go to --out as JSON, and the peaks to stderr. Linux only (it
+reads /proc).
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+DEFAULT_COMMAND = ["make", "-s", "demo-headless", "DEMO_ARGS=--speed 2"]
 
 
 def _status(pid: int) -> dict[str, str]:
@@ -47,14 +51,13 @@ def _tree(root: int) -> dict[int, tuple[str, int]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--interval", type=float, default=3.0, help="seconds between samples")
-    parser.add_argument("--out", required=True, help="where to write the samples (JSON)")
+    parser.add_argument("--out", default="var/thread_peak.json", help="where to write the samples (JSON)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the command to run after --")
+    command = (args.command[1:] if args.command[:1] == ["--"] else args.command) or DEFAULT_COMMAND
     if args.interval <= 0:
         parser.error("--interval must be positive")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     child = subprocess.Popen(command)
     started = time.monotonic()
     samples = []
