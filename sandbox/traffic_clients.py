@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import threading
 import time
@@ -130,6 +131,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m sandbox.traffic_clients CONFIG_JSON (requests on standard input)", file=sys.stderr)
         return 2
+    # Ctrl-C reaches the whole terminal's process group: the parent's stop() ends this process, or the end
+    # of its standard input does (the parent gone), without a traceback from here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     config = json.loads(argv[1])
     clients = Clients(config["url"], ClientOptions(**config["options"]), sys.stdout.buffer)
     asyncio.run(clients.run(sys.stdin.buffer))
