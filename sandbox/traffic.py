@@ -103,7 +103,8 @@ def scale_rate(trace: Iterable[TraceRequest], rate: float, seed: int = 0) -> Ite
             yield request
 
 
-HANDOVER_S = 1.0  # how long before its due time a request goes to the client process, so this one's lag does not delay it
+# How long before its due time a request goes to the client process, so this process's lag cannot delay it.
+HANDOVER_S = 1.0
 STOP_JOIN_S = 10.0  # how long stop() waits for the threads of this process
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the client process runs this checkout's code
 
@@ -211,8 +212,13 @@ class TrafficGenerator:
     def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         for line in self._process.stdout:
-            event = json.loads(line)
-            kind = event[0]
+            try:
+                event = json.loads(line)
+                kind = event[0]
+            except (ValueError, IndexError, KeyError, TypeError):
+                # Keep reading, or the client process would block on a full pipe.
+                self._error = self._error or RuntimeError(f"unexpected output from the client process: {line[:200]!r}")
+                continue
             if kind == "ready":
                 self._ready.set()
             elif kind == "dispatched":

@@ -45,6 +45,13 @@ class ClientOptions:
     max_prompt_tokens: int = 16_000  # longer prompts are clipped to keep the emulator's context valid
     stream: bool = False  # stream the answer, so the client sees its time to first token
 
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "max_in_flight", "max_prompt_tokens"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"ClientOptions.{name} must be positive, not {getattr(self, name)!r}")
+        if self.retries < 0 or self.backoff_s < 0:
+            raise ValueError(f"ClientOptions.retries and backoff_s cannot be negative ({self.retries}, {self.backoff_s})")
+
 
 class Clients:
     def __init__(self, url: str, options: ClientOptions, out: BinaryIO) -> None:
@@ -106,7 +113,8 @@ class Clients:
         self.emit("record", t_s, outcome, finished - started if succeeded else None,
                   first_token_at - started if succeeded and first_token_at is not None else None, pool)
 
-    async def attempt(self, session: aiohttp.ClientSession, body: dict[str, Any]) -> tuple[str, float | None, str | None]:
+    async def attempt(self, session: aiohttp.ClientSession,
+                      body: dict[str, Any]) -> tuple[str, float | None, str | None]:
         """One try: its status (or why none came), when streamed when the first token arrived, and the
         pool that answered (the gateway's x-sandbox-pool header)."""
         try:

@@ -279,3 +279,10 @@ def test_requests_in_flight_do_not_each_take_a_thread() -> None:
     assert during - before <= 2  # the dispatcher and the reader
     assert client_threads <= 3  # the client process: its event loop, its stdin reader (and one of asyncio's)
     assert (report.sent, report.succeeded) == (held, held)
+
+
+@pytest.mark.parametrize("field, value", [("max_in_flight", 0), ("timeout_s", 0.0), ("retries", -1),
+                                          ("backoff_s", -0.5), ("max_prompt_tokens", 0)])
+def test_client_options_refuse_values_that_could_not_work(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        ClientOptions(**{field: value})
