@@ -50,7 +50,8 @@ class ClientOptions:
             if not getattr(self, name) > 0:
                 raise ValueError(f"ClientOptions.{name} must be positive, not {getattr(self, name)!r}")
         if self.retries < 0 or self.backoff_s < 0:
-            raise ValueError(f"ClientOptions.retries and backoff_s cannot be negative ({self.retries}, {self.backoff_s})")
+            raise ValueError(f"ClientOptions.retries and backoff_s cannot be negative "
+                             f"({self.retries}, {self.backoff_s})")
 
 
 class Clients:
