@@ -6,22 +6,34 @@ that many come back). `speed` compresses the trace's time; `rate` scales the req
 (0.5 drops every other request on average, 3 sends each three times). Clients time out and retry
 with backoff like real ones, so an overloaded pool sees the retries pile up. `report()` says what
 the clients saw.
+
+The clients are coroutines on one asyncio event loop in a child process (sandbox/traffic_clients.py),
+not a thread each: a 10x surge holds a few thousand requests in flight, and as threads of the
+sandbox's process they loaded a 2-core box (docs/sandbox.md, "Client threads"). This process keeps
+two threads: one hands the child each request a little before it is due, one reads back what the
+clients saw.
 """
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import requests
 
-RETRYABLE_STATUS = {500, 502, 503, 504}
+from sandbox.traffic_clients import RETRYABLE_STATUS, ClientOptions
+
+__all__ = ["RETRYABLE_STATUS", "ClientOptions", "RequestRecord", "TraceRequest", "TrafficGenerator", "TrafficReport",
+           "from_rows", "from_workload", "load_trace_file", "scale_rate"]
 
 
 @dataclass(frozen=True)
@@ -29,19 +41,6 @@ class TraceRequest:
     t_s: float  # seconds from the trace start
     prompt_tokens: int
     output_tokens: int
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    timeout_s: float = 60.0  # per attempt, wall seconds
-    retries: int = 2  # extra attempts after a timeout, connection error or 5xx
-    backoff_s: float = 0.5  # doubled on each retry
-    # Concurrent client connections. Users arrive open-loop: a cap that the surge reaches holds requests
-    # on the client, where no server metric sees them queue, so it sits well above any scenario's need.
-    max_in_flight: int = 2048
-    model: str = "sandbox"  # the gateway rewrites it to the chosen pool's model
-    max_prompt_tokens: int = 16_000  # longer prompts are clipped to keep the emulator's context valid
-    stream: bool = False  # stream the answer, so the client sees its time to first token
 
 
 @dataclass(frozen=True)
@@ -104,6 +103,12 @@ def scale_rate(trace: Iterable[TraceRequest], rate: float, seed: int = 0) -> Ite
             yield request
 
 
+# How long before its due time a request goes to the client process, so this process's lag cannot delay it.
+HANDOVER_S = 1.0
+STOP_JOIN_S = 10.0  # how long stop() waits for the threads of this process
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])  # the client process runs this checkout's code
+
+
 class TrafficGenerator:
     def __init__(self, url: str, trace: Iterable[TraceRequest], *, speed: float = 1.0, rate: float = 1.0,
                  options: ClientOptions | None = None, seed: int = 0) -> None:
@@ -112,34 +117,58 @@ class TrafficGenerator:
         self.speed = speed
         self.options = options or ClientOptions()
         self._report = TrafficReport()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the report: written by the reader, read by anyone
         self._stop = threading.Event()
-        self._local = threading.local()
-        self._pool = ThreadPoolExecutor(self.options.max_in_flight, thread_name_prefix="traffic")
+        self._ready = threading.Event()  # the client process can send
+        self._dispatched = threading.Event()  # every request of the trace was sent (or sending stopped)
+        self._process: subprocess.Popen[bytes] | None = None
         self._dispatcher: threading.Thread | None = None
+        self._reader: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def start(self) -> TrafficGenerator:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))}
+        config = json.dumps({"url": self.url, "options": asdict(self.options)})
+        self._process = subprocess.Popen([sys.executable, "-m", "sandbox.traffic_clients", config], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._reader = threading.Thread(target=self._read, name="traffic-records", daemon=True)
         self._dispatcher = threading.Thread(target=self._dispatch, name="traffic-dispatch", daemon=True)
+        self._reader.start()
         self._dispatcher.start()
         return self
 
     def sending(self) -> bool:
         """Whether requests of the trace are still to be sent (a finite trace ends)."""
-        return self._dispatcher is not None and self._dispatcher.is_alive()
+        return self._process is not None and not self._dispatched.is_set()
 
     def wait(self, timeout: float | None = None) -> TrafficReport:
-        """Wait until every request was sent and answered (or gave up)."""
-        if self._dispatcher is not None:
-            self._dispatcher.join(timeout)
-        self._pool.shutdown(wait=True)
+        """Wait until every request was sent and answered (or gave up); at most `timeout` seconds if given.
+        Raises what broke the trace or the client process, if something did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in (self._dispatcher, self._reader):
+            if thread is not None:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if self._error is not None:
+            raise RuntimeError(f"the traffic generator failed: {self._error!r}") from self._error
         return self.report()
 
     def run(self) -> TrafficReport:
         return self.start().wait()
 
     def stop(self) -> TrafficReport:
+        """Stop sending and abandon the requests in flight (they are counted as sent, but not recorded)."""
         self._stop.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+        for thread in (self._dispatcher, self._reader):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(STOP_JOIN_S)
+        if self._process is not None:
+            try:
+                self._process.wait(STOP_JOIN_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._dispatched.set()
         return self.report()
 
     def report(self) -> TrafficReport:
@@ -152,75 +181,69 @@ class TrafficGenerator:
 
     # --- sending ---------------------------------------------------------------------------
     def _dispatch(self) -> None:
-        started = time.monotonic()
-        first_t: float | None = None
-        for request in self.trace:
-            first_t = request.t_s if first_t is None else first_t
-            due = started + (request.t_s - first_t) / self.speed
-            if self._stop.wait(max(0.0, due - time.monotonic())):
-                return
-            with self._lock:
-                self._report.sent += 1
+        """Hands each request to the client process HANDOVER_S before it is due; the trace clock starts
+        when the client process is ready (its start-up is not the users')."""
+        assert self._process is not None and self._process.stdin is not None
+        pipe = self._process.stdin
+        try:
+            while not self._ready.wait(0.1):
+                if self._stop.is_set() or self._process.poll() is not None:
+                    return
+            started = time.monotonic()
+            first_t: float | None = None
+            for request in self.trace:
+                first_t = request.t_s if first_t is None else first_t
+                due = started + (request.t_s - first_t) / self.speed
+                if self._stop.wait(max(0.0, due - HANDOVER_S - time.monotonic())):
+                    return
+                pipe.write(json.dumps([request.t_s, request.prompt_tokens, request.output_tokens, due]).encode()
+                           + b"\n")
+                pipe.flush()
+        except OSError:
+            return  # the client process ended (stopped, or failed: the reader says so)
+        except Exception as error:  # noqa: BLE001 - the trace failed: wait() raises it where the caller sees it
+            self._error = error
+        finally:
             try:
-                self._pool.submit(self._send, request, due)
-            except RuntimeError:
-                return  # stopped
+                pipe.close()  # the end of the trace: the client process finishes what is in flight and exits
+            except OSError:
+                pass
 
-    def _session(self) -> requests.Session:
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = self._local.session = requests.Session()
-        return session
-
-    def _send(self, request: TraceRequest, due: float | None = None) -> None:
-        prompt_tokens = max(1, min(request.prompt_tokens, self.options.max_prompt_tokens))
-        body = {"model": self.options.model, "prompt": "hi " * prompt_tokens,
-                "max_tokens": max(1, request.output_tokens), "ignore_eos": True, "stream": self.options.stream}
-        # A user's clock starts when the request is due, not when a client thread is free to send it.
-        started = time.monotonic() if due is None else min(due, time.monotonic())
-        outcome, first_token_at, pool = "error", None, None
-        for attempt in range(self.options.retries + 1):
-            if attempt:
+    def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            try:
+                event = json.loads(line)
+                kind = event[0]
+            except (ValueError, IndexError, KeyError, TypeError):
+                # Keep reading, or the client process would block on a full pipe.
+                self._error = self._error or RuntimeError(f"unexpected output from the client process: {line[:200]!r}")
+                continue
+            if kind == "ready":
+                self._ready.set()
+            elif kind == "dispatched":
+                self._dispatched.set()
+            else:
                 with self._lock:
-                    self._report.retries += 1
-                if self._stop.wait(self.options.backoff_s * 2 ** (attempt - 1)):
-                    break
-            outcome, first_token_at, pool = self._attempt(body)
-            if outcome == "200" or (outcome.isdigit() and int(outcome) not in RETRYABLE_STATUS):
-                break
-        finished = time.monotonic()
-        succeeded = outcome == "200"
-        record = RequestRecord(request.t_s, outcome, finished - started if succeeded else None,
-                               first_token_at - started if succeeded and first_token_at is not None else None, pool)
-        with self._lock:
-            self._report.statuses[outcome] += 1
+                    self._count(kind, event[1:])
+        returncode = self._process.wait()
+        self._dispatched.set()
+        if returncode != 0 and not self._stop.is_set() and self._error is None:
+            self._error = RuntimeError(f"the client process exited with status {returncode} (its error is above)")
+
+    def _count(self, kind: str, fields: list[Any]) -> None:
+        if kind == "sent":
+            self._report.sent += 1
+        elif kind == "retry":
+            self._report.retries += 1
+        elif kind == "timeout":
+            self._report.timeouts += 1
+        elif kind == "record":
+            record = RequestRecord(*fields)
+            self._report.statuses[record.outcome] += 1
             self._report.records.append(record)
-            if succeeded:
+            if record.e2e_s is not None:
                 self._report.succeeded += 1
-                self._report.latencies_s.append(finished - started)
+                self._report.latencies_s.append(record.e2e_s)
             else:
                 self._report.failed += 1
-
-    def _attempt(self, body: dict[str, Any]) -> tuple[str, float | None, str | None]:
-        """One try: its status (or why none came), when streamed when the first token arrived, and the
-        pool that answered (the gateway's x-sandbox-pool header)."""
-        try:
-            with self._session().post(self.url, json=body, timeout=self.options.timeout_s,
-                                      stream=self.options.stream) as response:
-                pool = response.headers.get("x-sandbox-pool")
-                if not self.options.stream or response.status_code != 200:
-                    response.content  # noqa: B018 - read the whole answer, as a client does
-                    return str(response.status_code), None, pool
-                first_token_at = None
-                for line in response.iter_lines():
-                    if first_token_at is None and line.startswith(b"data: {"):
-                        first_token_at = time.monotonic()
-                return "200", first_token_at, pool
-        except requests.Timeout:
-            with self._lock:
-                self._report.timeouts += 1
-            self._local.session = None  # the connection is in an unknown state
-            return "timeout", None, None
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
-            self._local.session = None  # refused, reset, or an answer cut off mid-stream
-            return "connection_error", None, None
