@@ -30,9 +30,9 @@ from typing import Any
 from scaling.engine.fallback import STANDARD
 from scaling.engine.spillover import queued_start_wait_s, spills
 
+from sandbox.fleet import replica_capacity_rps
 from sandbox.httpserver import QuietHandler, QuietHTTPServer
 from sandbox.kube import resources as res
-from sandbox.fleet import replica_capacity_rps
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.replica import EmulatedReplica
 
@@ -83,9 +83,8 @@ class Gateway:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def pick_pool(self, weights: list[tuple[PoolSpec, int]] | None = None) -> PoolSpec | None:
-        weighted = [(pool, weight) for pool, weight in
-                    (self.cluster.route_weights() if weights is None else weights) if weight > 0]
+    def pick_pool(self, weights: list[tuple[PoolSpec, int]]) -> PoolSpec | None:
+        weighted = [(pool, weight) for pool, weight in weights if weight > 0]
         if not weighted:
             return None
         pools, chances = zip(*weighted)
