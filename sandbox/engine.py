@@ -146,6 +146,11 @@ class Engine:
         with self._cond:
             return len(self._running) + len(self._waiting)
 
+    def load(self) -> tuple[int, int]:
+        """(running, waiting) right now: what vLLM exports as num_requests_running/_waiting."""
+        with self._cond:
+            return len(self._running), len(self._waiting)
+
     # --- the loop --------------------------------------------------------------------------
     def _loop(self) -> None:
         with self._cond:

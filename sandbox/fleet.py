@@ -19,12 +19,21 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-from scaling.sim.profiles import DEFAULT_PROFILE, PoolProfile, get_profile
+from scaling.sim.profiles import DEFAULT_PROFILE, PoolProfile, get_profile, inter_token_seconds, prefill_seconds
 
 from sandbox.clock import ManualClock, ModelClock
 from sandbox.replica import EmulatedReplica
 
 Listener = Callable[[], None]
+
+
+def replica_capacity_rps(profile: PoolProfile, prompt_tokens: int = 500, output_tokens: int = 100,
+                         utilisation: float = 0.7) -> float:
+    """Requests/s one replica serves with every batch slot busy, derated to a utilisation that keeps
+    queues short: slots / (prefill + decode time of a typical request) x utilisation."""
+    slots = profile.max_num_seqs
+    service_s = prefill_seconds(profile, prompt_tokens, slots) + output_tokens * inter_token_seconds(profile, slots)
+    return round(utilisation * slots / service_s, 3)
 
 
 class Fleet:

@@ -6,15 +6,31 @@ weight / total weight (read from the route on every request, so a patch takes ef
 flight. The `model` field is rewritten to the chosen pool's served model, as an inference gateway
 does for fallback pools. No Ready replica in the chosen pool answers 503 like Envoy's
 "no healthy upstream".
+
+With `FallbackRouting` (the gateway's own settings, as an inference gateway's operator configures it)
+the gateway also knows which backend is the route's fallback pool and which request classes may go
+there (`x-request-class`, `standard` when absent): a request of another class never goes to the
+fallback (a production route gives it a rule of its own, e.g. matched on that header, with the primary
+alone). With `spill_after_s` it spills over per request: while the fallback backend's weight is above
+0, an eligible request the weights left on a primary whose chosen replica would start it more than
+`spill_after_s` model seconds late goes to the fallback's least-loaded replica instead
+(`scaling.engine.spillover`, the replay's rule). The wait is estimated from the replica's waiting and
+running requests and its full-batch completion rate, as vLLM exports them.
 """
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
 import threading
+from dataclasses import dataclass
 from typing import Any
 
+from scaling.engine.fallback import STANDARD
+from scaling.engine.spillover import queued_start_wait_s, spills
+
+from sandbox.fleet import replica_capacity_rps
 from sandbox.httpserver import QuietHandler, QuietHTTPServer
 from sandbox.kube import resources as res
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
@@ -22,15 +38,37 @@ from sandbox.replica import EmulatedReplica
 
 UPSTREAM_TIMEOUT_S = 600.0
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
+CLASS_HEADER = "x-request-class"
+
+
+@dataclass(frozen=True)
+class FallbackRouting:
+    """Which route backend is the fallback pool, who may go there, and when a request spills to it."""
+
+    namespace: str
+    name: str  # the fallback pool's Deployment
+    classes: frozenset[str] = frozenset({STANDARD})  # request classes that may fall back
+    spill_after_s: float | None = None  # model seconds of start delay on the primary; None: the weights alone
+
+    def __post_init__(self) -> None:
+        if self.spill_after_s is not None and not self.spill_after_s > 0.0:
+            raise ValueError("spill_after_s must be positive (None: no spill-over)")
+
+    def is_fallback(self, pool: PoolSpec) -> bool:
+        return (pool.namespace, pool.name) == (self.namespace, self.name)
 
 
 class Gateway:
-    def __init__(self, cluster: SandboxCluster, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, cluster: SandboxCluster, host: str = "127.0.0.1", port: int = 0,
+                 fallback: FallbackRouting | None = None) -> None:
         self.cluster = cluster
         self.host = host
+        self.fallback = fallback
+        self.spilled = 0  # requests sent to the fallback by spill-over (not by the weights)
         self._httpd = _Server((host, port), _Handler)
         self._httpd.gateway = self
         self._random = random.Random()
+        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -45,12 +83,48 @@ class Gateway:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def pick_pool(self) -> PoolSpec | None:
-        weighted = [(pool, weight) for pool, weight in self.cluster.route_weights() if weight > 0]
+    def pick_pool(self, weights: list[tuple[PoolSpec, int]]) -> PoolSpec | None:
+        weighted = [(pool, weight) for pool, weight in weights if weight > 0]
         if not weighted:
             return None
-        pools, weights = zip(*weighted)
-        return self._random.choices(pools, weights=weights)[0]
+        pools, chances = zip(*weighted)
+        return self._random.choices(pools, weights=chances)[0]
+
+    def route(self, request_class: str = STANDARD) -> tuple[PoolSpec | None, EmulatedReplica | None]:
+        """The pool and replica for one request: by the route's weights, then spill-over (module doc)."""
+        weights = self.cluster.route_weights()
+        fallback = self.fallback
+        if fallback is None:
+            pool = self.pick_pool(weights)
+            return pool, self.pick_replica(pool) if pool else None
+        eligible = request_class in fallback.classes
+        if not eligible:
+            weights = [(pool, weight) for pool, weight in weights if not fallback.is_fallback(pool)]
+            if not any(weight > 0 for _, weight in weights):  # its own rule keeps the primary at any split
+                weights = [(pool, 1) for pool, _ in weights]
+        pool = self.pick_pool(weights)
+        replica = self.pick_replica(pool) if pool else None
+        if pool is None or fallback.is_fallback(pool) or fallback.spill_after_s is None:
+            return pool, replica
+        spare = next(((spec, weight) for spec, weight in weights if fallback.is_fallback(spec)), None)
+        if spare is not None and spills(fallback_active=spare[1] > 0, eligible=eligible,
+                                        start_wait_s=self.start_wait_s(pool, replica),
+                                        after_s=fallback.spill_after_s):
+            spare_replica = self.pick_replica(spare[0])
+            if spare_replica is not None:
+                with self._lock:
+                    self.spilled += 1
+                return spare[0], spare_replica
+        return pool, replica
+
+    @staticmethod
+    def start_wait_s(pool: PoolSpec, replica: EmulatedReplica | None) -> float:
+        """Model seconds `replica` would keep a new request waiting (none ready: forever)."""
+        if replica is None:
+            return math.inf
+        running, waiting = replica.engine.load()
+        return queued_start_wait_s(waiting, running, pool.profile.max_num_seqs,
+                                   replica_capacity_rps(pool.profile, utilisation=1.0))
 
     def pick_replica(self, pool: PoolSpec) -> EmulatedReplica | None:
         ready = [replica for replica in self.cluster.ready_replicas(pool.namespace, pool.name)
@@ -82,8 +156,7 @@ class _Handler(QuietHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         gateway = self.server.gateway
-        pool = gateway.pick_pool()
-        replica = gateway.pick_replica(pool) if pool else None
+        pool, replica = gateway.route((self.headers.get(CLASS_HEADER) or STANDARD).strip().lower())
         if pool is None or replica is None:
             self._reply(503, "no healthy upstream")
             return

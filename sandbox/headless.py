@@ -36,6 +36,7 @@ import numpy as np
 import requests
 from django.db import close_old_connections
 
+from scaling.engine.spillover import spill_after_s
 from scaling.sim.config import ClientConfig, ColdStart, SimConfig
 from scaling.sim.policies.base import Observation
 from scaling.sim.policies.keda_queue import KedaQueuePolicy
@@ -44,12 +45,14 @@ from scaling.sim.workload import Trace
 
 from sandbox import beat
 from sandbox.prometheus import PrometheusError
-from sandbox.registration import CLUSTER_NAME, replica_capacity_rps
+from sandbox.fleet import replica_capacity_rps
+from sandbox.registration import CLUSTER_NAME
 from sandbox.runtime import CLIENT_TIMEOUT_S, Sandbox, SandboxConfig, pool_specs
 from sandbox import scenarios
 from sandbox.scenarios import SURGE_END_S, SURGE_FACTOR, SURGE_START_S, scenario_trace
 from sandbox.traffic import ClientOptions, RequestRecord
 
+SPILLOVER_WAIT_SHARE = 0.2  # the replay's --fallback-spillover, fitted on seed 1 (docs/benchmarks.md)
 HEADLESS_SCENARIOS = ("surge-10x",)  # finite scenarios: a headless run needs an end
 TICK_EVERY_S = 15.0  # scenario seconds between control-loop ticks, as the beat's 15 s
 SAMPLE_EVERY_S = 0.25  # wall seconds between replica counts (GPU hours, max ready)
@@ -67,6 +70,9 @@ class HeadlessOptions:
     cold_start_s: float | None = None  # model seconds; None: the profile's p50
     team_slug: str = "ml-platform"
     fallback: bool = True  # the Headroom run has a warm fallback pool and a fallback policy
+    # With the fallback, the gateway spills a request over to it while it is active and the primary would
+    # start the request later than this share of the SLO; None: off.
+    spillover_wait_share: float | None = SPILLOVER_WAIT_SHARE
 
 
 # The engine keeps the primary, and the fallback, at this share of their ready capacity (FallbackPolicy).
@@ -117,6 +123,8 @@ class SandboxRun:
     replicas: ReplicaLog
     spec: Any  # the primary pool's
     fallback_spec: Any = None
+    spilled: int = 0  # requests the gateway spilled over to the fallback
+    spill_after_s: float | None = None  # model seconds; None: no spill-over
 
 
 Controller = Callable[[threading.Event, _Clock, Sandbox], None]
@@ -160,9 +168,11 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
 
 
 def _sandbox_config(options: HeadlessOptions, fallback_replicas: int) -> SandboxConfig:
+    spill = (spill_after_s(options.spillover_wait_share, SLO_TTFT_S)
+             if fallback_replicas and options.spillover_wait_share is not None else None)
     return SandboxConfig(pools=1, scenario=options.scenario, speed=options.speed, cold_start_s=options.cold_start_s,
                          prometheus=True, scrape_interval_s=max(0.5, 5.0 / options.speed), stream=True,
-                         traffic_after_ready=True, fallback_replicas=fallback_replicas)
+                         traffic_after_ready=True, fallback_replicas=fallback_replicas, spill_after_s=spill)
 
 
 def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controller, progress: Progress,
@@ -191,7 +201,8 @@ def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controlle
     finally:
         stop.set()
         sandbox.stop()
-    return SandboxRun(clock, records, replicas, sandbox.primary_specs[0], sandbox.fallback_spec)
+    return SandboxRun(clock, records, replicas, sandbox.primary_specs[0], sandbox.fallback_spec,
+                      sandbox.gateway.spilled, config.spill_after_s)
 
 
 def _gpu_hours(run: SandboxRun, spec: Any) -> float:
@@ -256,6 +267,8 @@ def _fallback(run: SandboxRun, warm: int) -> dict[str, Any]:
                         "max_share": policy.max_share} if policy else None),
             "requests": len(served),
             "slo_attainment": round(met / len(served), 4) if served else None,
+            "spillover": ({"after_s": run.spill_after_s, "spilled_requests": run.spilled}
+                          if run.spill_after_s is not None else "off (--no-spillover)"),
             "max_ready_replicas": run.replicas.max_ready.get(spec.name, 0),
             "gpu_hours": round(gpu_hours, 4), "cost_usd": round(gpu_hours * spec.profile.gpu_hour_usd, 2),
             "activations": [{"id": a.pk, "phase": a.phase, "entered_s": run.clock.of(a.started_at),

@@ -10,8 +10,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
 
-from scaling.sim.profiles import PoolProfile, inter_token_seconds, prefill_seconds
-
+from sandbox.fleet import replica_capacity_rps
 from sandbox.runtime import Sandbox
 
 CLUSTER_NAME = "sandbox"
@@ -20,15 +19,6 @@ TEAM_NAME, TEAM_SLUG = "Sandbox", "sandbox"
 
 class RegistrationError(RuntimeError):
     """The records could not be written; the message says why and what to do."""
-
-
-def replica_capacity_rps(profile: PoolProfile, prompt_tokens: int = 500, output_tokens: int = 100,
-                         utilisation: float = 0.7) -> float:
-    """Requests/s one replica serves with every batch slot busy, derated to a utilisation that keeps
-    queues short: slots / (prefill + decode time of a typical request) x utilisation."""
-    slots = profile.max_num_seqs
-    service_s = prefill_seconds(profile, prompt_tokens, slots) + output_tokens * inter_token_seconds(profile, slots)
-    return round(utilisation * slots / service_s, 3)
 
 
 def sandbox_rate_window(speed: float) -> str:

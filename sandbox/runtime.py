@@ -19,7 +19,7 @@ from typing import Any
 from scaling.sim.profiles import PROFILES, PoolProfile
 
 from sandbox.fleet import Fleet
-from sandbox.gateway import Gateway
+from sandbox.gateway import FallbackRouting, Gateway
 from sandbox.history import history_openmetrics, rate_openmetrics
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.prometheus import PrometheusError, PrometheusLauncher
@@ -50,6 +50,9 @@ class SandboxConfig:
     # A warm fallback pool (FALLBACK_PROFILE, a smaller model) with this many replicas, on the same route at
     # weight 0: it takes only what a fallback policy diverts, and adds no traffic of its own (0: none).
     fallback_replicas: int = 0
+    # The gateway spills a request over to the fallback pool while its weight is above 0 and the primary
+    # would start the request more than this many model seconds late (sandbox/gateway.py); None: never.
+    spill_after_s: float | None = None
 
 
 CLIENT_TIMEOUT_S = 120.0  # model seconds a client waits for an answer
@@ -117,6 +120,8 @@ class Sandbox:
             raise ValueError("a sandbox needs at least one pool")
         if config.fallback_replicas < 0:
             raise ValueError("fallback_replicas must be 0 or more")
+        if config.spill_after_s is not None and config.fallback_replicas == 0:
+            raise ValueError("spill_after_s needs a fallback pool (fallback_replicas)")
         self.config = config
         self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir, speed=config.speed)
         if self.trace is not None and config.history_hours > 0 and config.scenario != "story":
@@ -124,10 +129,12 @@ class Sandbox:
             self.trace = continued(self.trace, config.history_hours * 3600.0 + HISTORY_GAP_S)
         self.fleet = Fleet(speed=config.speed)
         self.cluster = SandboxCluster(self.fleet, route_namespace=config.namespace)
-        self.gateway = Gateway(self.cluster)
+        self.specs = pool_specs(config)
+        spare = self.fallback_spec
+        self.gateway = Gateway(self.cluster, fallback=None if spare is None else FallbackRouting(
+            spare.namespace, spare.name, spill_after_s=config.spill_after_s))
         self.prometheus: PrometheusLauncher | None = None
         self.traffic: TrafficGenerator | None = None
-        self.specs = pool_specs(config)
 
     @property
     def fallback_spec(self) -> PoolSpec | None:

@@ -29,6 +29,7 @@ import numpy as np
 from scaling.engine.fallback import (FallbackDecision, FallbackPolicy, FallbackState, PRIORITY, STANDARD,
                                      fallback_step)
 from scaling.engine.planner import PoolPlan
+from scaling.engine.spillover import spill_after_s as spill_after, spills
 from scaling.sim.config import SimConfig, effective_slots
 from scaling.sim.lifecycle import ReplicaSet
 from scaling.sim.policies.base import LATENCY_WINDOW_S, Observation, Policy
@@ -249,7 +250,8 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
     share = 0.0
     events: list[list[object]] = []
     route_sent = 0
-    spill_after_s = None if route.spillover_wait_share is None else route.spillover_wait_share * config.slo_ttft_s
+    spill_after_s = (None if route.spillover_wait_share is None
+                     else spill_after(route.spillover_wait_share, config.slo_ttft_s))
 
     def control(now: float, next_tick: float) -> float:
         nonlocal state, share, route_sent
@@ -287,8 +289,11 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         route_sent += 1
         eligible = may_priority if priority[k] else may_standard
         pool = fallback if share > 0.0 and eligible and split_draw[k] < share else primary
-        if (pool is primary and spill_after_s is not None and share > 0.0 and eligible
-                and primary.earliest_start_s(now) - now > spill_after_s):
+        # The replay knows the primary's schedule, so its wait is exact; the share and the class are
+        # checked first as well because the wait scans every replica.
+        if pool is primary and spill_after_s is not None and share > 0.0 and eligible and spills(
+                fallback_active=share > 0.0, eligible=eligible, start_wait_s=primary.earliest_start_s(now) - now,
+                after_s=spill_after_s):
             pool = fallback
         if pool is fallback:
             served_by[k] = 1

@@ -78,6 +78,8 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
         assert activation["finished_s"] is None or activation["finished_s"] >= activation["entered_s"]
     assert [e["kind"] for e in fallback["events"]][:1] in ([], ["entered"])
     assert (report["fallback_share"] > 0) <= bool(fallback["activations"])  # nothing reaches it unless diverted
+    assert fallback["spillover"]["after_s"] == pytest.approx(0.2)  # 0.2 x the 1-s TTFT SLO
+    assert 0 <= fallback["spillover"]["spilled_requests"] <= fallback["requests"]
     assert report["second_tick_after_surge_s"] >= scenarios.SURGE_START_S
     assert 0.0 <= report["slo_attainment_after_second_tick"] <= 1.0 and 0.0 <= report["slo_attainment_surge"] <= 1.0
     assert report["baseline"]["second_tick_after_surge_s"] == report["second_tick_after_surge_s"]
@@ -105,6 +107,7 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
     (["--json"], "--json needs --headless"),
     (["--auto-approve-after-s", "30"], "--auto-approve-after-s needs --headless"),
     (["--no-fallback"], "--no-fallback needs --headless"),
+    (["--no-spillover"], "--no-spillover needs --headless"),
     (["--pools", "2"], "the story plays on one pool"),  # the live demo's default scenario
     (["--scenario", "story", "--history", "-1"], "--history must be 0 or more"),
 ])
@@ -145,6 +148,16 @@ def test_a_fallback_pool_is_registered_warm_at_weight_0_and_adds_no_traffic() ->
     assert not FallbackPolicy.objects.filter(pool=pools[fallback.name]).exists()
     # Weight 0: the gateway sends the fallback nothing, and each answer names the pool that gave it.
     assert [(record.outcome, record.pool) for record in records] == [("200", primary.name)] * 4
+
+
+def test_the_headroom_run_spills_over_to_its_fallback_and_the_baseline_has_none() -> None:
+    options = headless.HeadlessOptions()
+    assert headless._sandbox_config(options, 5).spill_after_s == pytest.approx(0.2)
+    assert headless._sandbox_config(options, 0).spill_after_s is None  # keda-queue's run: no fallback pool
+    off = dataclasses.replace(options, spillover_wait_share=None)  # --no-spillover
+    assert headless._sandbox_config(off, 5).spill_after_s is None
+    with pytest.raises(ValueError, match="spill_after_s needs a fallback pool"):
+        Sandbox(SandboxConfig(pools=1, scenario="idle", prometheus=False, spill_after_s=0.2))
 
 
 def test_the_warm_fallback_is_sized_to_take_the_surge_overflow(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -66,6 +66,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="--headless: print the report as one JSON object")
         parser.add_argument("--no-fallback", action="store_true",
                             help="--headless: run Headroom without its warm fallback pool (to compare)")
+        parser.add_argument("--no-spillover", action="store_true",
+                            help="--headless: the gateway moves traffic to the fallback by the route's weights "
+                                 "alone, with no per-request spill-over (to compare)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["history"] is not None and options["history"] < 0:
@@ -73,7 +76,7 @@ class Command(BaseCommand):
         if options["speed"] is not None and not 0 < options["speed"] <= MAX_SPEED:
             raise CommandError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
         if not options["headless"]:
-            for flag in ("auto_approve_after_s", "json", "no_fallback"):
+            for flag in ("auto_approve_after_s", "json", "no_fallback", "no_spillover"):
                 if options[flag] not in (None, False):
                     raise CommandError(f"--{flag.replace('_', '-')} needs --headless")
         if not settings.KUBERNETES_ENABLED:
@@ -152,7 +155,8 @@ class Command(BaseCommand):
             raise CommandError("--headless needs Prometheus: install it (make system-deps) and set PROMETHEUS_ENABLED=true")
         call_command("seed_demo", stdout=io.StringIO())  # the on-call approver and the ML Platform team
         run = headless.HeadlessOptions(scenario=scenario, speed=options["speed"] or 4.0, auto_approve_after_s=wait_s,
-                                       team_slug=DEMO_TEAM, fallback=not options["no_fallback"])
+                                       team_slug=DEMO_TEAM, fallback=not options["no_fallback"],
+                                       spillover_wait_share=None if options["no_spillover"] else headless.SPILLOVER_WAIT_SHARE)
         try:
             report = headless.run(run, lambda line: self.stderr.write(line))
         except (ValueError, OSError, PrometheusError, RegistrationError, RuntimeError) as error:
