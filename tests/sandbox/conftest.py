@@ -8,6 +8,7 @@ import pytest
 
 from scaling.sim.profiles import PoolProfile, get_profile
 from sandbox.fleet import Fleet
+from sandbox.kube.cluster import PoolSpec, SandboxCluster
 
 MODEL = "tiny-llama"
 
@@ -22,4 +23,17 @@ def small_profile() -> PoolProfile:
 @pytest.fixture
 def fleet() -> Iterator[Fleet]:
     with Fleet() as running:
+        yield running
+
+
+@pytest.fixture
+def cluster(fleet: Fleet, small_profile: PoolProfile) -> Iterator[SandboxCluster]:
+    """A route over two pools with a Ready replica each: `big` takes every request (weight 100), `small` none
+    (weight 0). Files that need another cluster define their own `cluster`."""
+    with SandboxCluster(fleet) as running:
+        running.add_pool(PoolSpec(name="big", profile=small_profile, model="big-model", cold_start_s=0, weight=100))
+        running.add_pool(PoolSpec(name="small", profile=small_profile, model="small-model", cold_start_s=0, weight=0))
+        for pool in ("big", "small"):
+            for replica in running.replicas("sandbox", pool):
+                assert replica.wait_ready(timeout=5)
         yield running

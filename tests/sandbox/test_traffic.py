@@ -9,22 +9,12 @@ import pytest
 import requests
 from kubernetes import client
 
-from scaling.sim.profiles import PoolProfile
-from sandbox.fleet import Fleet
 from sandbox.gateway import Gateway
-from sandbox.kube.cluster import PoolSpec, SandboxCluster
+from sandbox.kube.cluster import SandboxCluster
 from sandbox.traffic import ClientOptions, TrafficGenerator, from_rows, load_trace_file
 
 NS = "sandbox"
 ROUTE = ("gateway.networking.k8s.io", "v1", NS, "httproutes", "sandbox-route")
-
-
-@pytest.fixture
-def cluster(fleet: Fleet, small_profile: PoolProfile) -> Iterator[SandboxCluster]:
-    with SandboxCluster(fleet) as running:
-        running.add_pool(PoolSpec(name="big", profile=small_profile, model="big-model", cold_start_s=0, weight=100))
-        running.add_pool(PoolSpec(name="small", profile=small_profile, model="small-model", cold_start_s=0, weight=0))
-        yield running
 
 
 @pytest.fixture
