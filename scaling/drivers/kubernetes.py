@@ -50,6 +50,32 @@ def _ready_since(pod: client.V1Pod) -> datetime | None:
     return None
 
 
+def added_pods_ready_at(pods: list[client.V1Pod], since: datetime, count: int) -> datetime | None:
+    """When the last of the `count` pods a write at `since` added became Ready; None while one is not.
+
+    Creation stamps have whole seconds, so a pod created within the second of the write counts as
+    added unless it was already Ready before the write (no pod the write added can be), and pods
+    that share a second cannot be told apart: all of them are waited for. An older one among them
+    started first, so the latest Ready is still the added pods' own.
+    """
+    floor = since.replace(microsecond=0)
+
+    def could_be_added(pod: client.V1Pod) -> bool:
+        created, ready = pod.metadata.creation_timestamp, _ready_since(pod)
+        return created is not None and created >= floor and (ready is None or ready >= since)
+
+    candidates = sorted(filter(could_be_added, pods), key=lambda pod: pod.metadata.creation_timestamp)
+    if count <= 0 or len(candidates) < count:
+        return None
+    # Later pods belong to a later write; those created in the same second as the last counted one may not.
+    last_second = candidates[count - 1].metadata.creation_timestamp
+    added = [pod for pod in candidates if pod.metadata.creation_timestamp <= last_second]
+    ready_times = [_ready_since(pod) for pod in added]
+    if any(at is None for at in ready_times):
+        return None
+    return max(ready_times)  # type: ignore[type-var]
+
+
 def _driver_error(action: str, exc: Exception) -> DriverError:
     if isinstance(exc, netguard.OutboundRefused):
         return DriverError(f"{action}: {exc}", permanent=True)
@@ -161,18 +187,7 @@ class KubernetesDriver:
                                                   _request_timeout=self._timeout)
         except (ApiException, HTTPError, OSError, netguard.OutboundRefused) as exc:
             raise _driver_error(f"list pods of {where}", exc) from None
-        # Kubernetes timestamps have whole seconds: a pod created within the second of the write counts.
-        floor = since.replace(microsecond=0)
-        added = sorted(
-            (pod for pod in pods.items if pod.metadata.creation_timestamp and pod.metadata.creation_timestamp >= floor),
-            key=lambda pod: pod.metadata.creation_timestamp,
-        )[:count]
-        if count <= 0 or len(added) < count:
-            return None
-        ready_times = [_ready_since(pod) for pod in added]
-        if any(at is None for at in ready_times):
-            return None
-        return max(ready_times)  # type: ignore[type-var]
+        return added_pods_ready_at(pods.items, since, count)
 
     def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
         if replicas < 0:
