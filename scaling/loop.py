@@ -40,6 +40,7 @@ from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, Pro
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.drivers.signals import PoolSelector
 from scaling.engine import constants, decide, planner
+from scaling.engine import fallback as fallback_engine
 from scaling.engine.planner import Decision, ForecastPoint, PoolPlan
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.models import FallbackActivation, PlannerMemory, Proposal, SignalSample, TickLease
@@ -343,13 +344,18 @@ def _signals_dict(signals: PoolSignals) -> dict[str, Any]:
     return {name: (round(float(r.value), 4) if r.is_known else None) for name, r in signals.readings().items()}
 
 
-def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
-    """Load the pool's state, run the decide step, persist what it learned, then act on it."""
+def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Reading | None = None) -> PoolTick:
+    """Load the pool's state, run the decide step, persist what it learned, then act on it.
+
+    With `fallback_rate` (the route sends part of the pool's traffic to its fallback) the decide step
+    plans for the route's rate and the sample keeps it as the demand; `last_signals` keeps what was read of
+    the pool itself (the fallback step adds the fallback's rate to it)."""
     plan = pool_plan(pool)
+    planned = signals if fallback_rate is None else fallback_engine.with_route_demand(signals, fallback_rate)
     with transaction.atomic():
         memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
         state = decide.decide_state_from(memory.state, forecast_store.unpack(memory.seasonal_forecast))
-        step = decide.decide(now.timestamp(), signals, plan, state, DatabaseHistory(pool, now),
+        step = decide.decide(now.timestamp(), planned, plan, state, DatabaseHistory(pool, now),
                              schedule_windows(pool, plan, now))
         decision = step.decision
         memory.state = step.state.planner.to_dict()
@@ -358,8 +364,9 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime) -> PoolTick:
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None
         memory.save()
+        # The history the forecasts learn from is the demand: the route's rate while the fallback takes a share.
         known = {name: float(reading.value) if reading.is_known else None  # type: ignore[arg-type]
-                 for name, reading in signals.readings().items() if name in SAMPLED_SIGNALS}
+                 for name, reading in planned.readings().items() if name in SAMPLED_SIGNALS}
         SignalSample.objects.create(
             pool=pool, at=now, **known, fallback_share=fallback_share(pool),
             ready_replicas=decision.ready_replicas, desired_replicas=decision.current_replicas,
@@ -414,13 +421,28 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime) -> 
     except Exception as exc:  # noqa: BLE001 - a read that broke leaves every signal unknown: the pools hold
         logger.exception("reading cluster %s failed", cluster.name)
         signals, errors = {}, {f"{cluster.name}: read": f"{type(exc).__name__}: {exc}"}
+    diverted = _fallback_rates(cluster_pools, signals, now)
     reports = []
     for pool in cluster_pools:
         try:
-            reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now))
+            reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now,
+                                     fallback_rate=diverted.get(pool.pk)))
         except Exception as exc:  # noqa: BLE001 - recorded for this pool; the others are still planned
             errors[f"{pool}: tick"] = _record_pool_error(pool, exc, now)
     return reports, errors
+
+
+def _fallback_rates(cluster_pools: list[Pool], signals: dict[int, PoolSignals], now: datetime) -> dict[int, Reading]:
+    """The request rate of the fallback pool of each pool whose route has an open fallback: this tick's
+    reading where the fallback pool was read with this cluster, else its last stored one."""
+    from scaling.fallbacks import pool_signals  # fallbacks imports this module
+
+    open_fallbacks = FallbackActivation.objects.filter(
+        pool__in=[pool for pool in cluster_pools if pool.pk in signals], phase__in=list(FALLBACK_OPEN_PHASES),
+    ).select_related("fallback_pool")
+    return {activation.pool_id: (signals.get(activation.fallback_pool_id)
+                                 or pool_signals(activation.fallback_pool, now)).request_rate_rps
+            for activation in open_fallbacks}
 
 
 def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: str | None = None) -> TickReport:

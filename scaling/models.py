@@ -184,7 +184,7 @@ class SignalSample(models.Model):
 
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="samples")
     at = models.DateTimeField(db_index=True)
-    request_rate_rps = models.FloatField(null=True)  # null: unknown at that tick, never 0
+    request_rate_rps = models.FloatField(null=True)  # the demand (an open fallback's too); null: unknown, never 0
     queue_depth = models.FloatField(null=True)
     ttft_p95_s = models.FloatField(null=True)
     e2e_p95_s = models.FloatField(null=True)

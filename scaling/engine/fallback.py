@@ -414,3 +414,18 @@ def fallback_step(
         state,
     )
 
+
+
+def with_route_demand(primary: PoolSignals, fallback_rate: Reading) -> PoolSignals:
+    """The primary's signals with the route's request rate while part of its traffic goes to the fallback.
+
+    The planner must size the primary for the demand, not for what is left of it while the fallback
+    carries the rest (the replay's route mode gives the primary's policy the route's rate too): the
+    primary's own rate plus the fallback's, as old as the older of the two. Either one unknown makes
+    the demand unknown, which the planner holds on, rather than the primary's part alone read as all.
+    """
+    own = primary.request_rate_rps
+    if not (own.is_known and fallback_rate.is_known):
+        return replace(primary, request_rate_rps=Reading(None, own.age_s))
+    return replace(primary, request_rate_rps=Reading(float(own.value) + float(fallback_rate.value),  # type: ignore[arg-type]
+                                                     max(own.age_s or 0.0, fallback_rate.age_s or 0.0)))

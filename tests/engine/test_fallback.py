@@ -388,3 +388,14 @@ def test_fallback_step_times_the_queue_by_its_reading_and_a_repeated_reading_add
     again = fallback_step(20.0, signals(900.0, 10.0), plan,
                           replace(onset.state, phase=INACTIVE, share=0.0), policy, demand_rps=20.0, eligible_share=1.0)
     assert again.state.last_queue_at_s == 10.0 and again.share == pytest.approx(0.5)
+
+
+def test_the_route_demand_adds_the_fallbacks_rate_as_old_as_the_older_and_unknown_stays_unknown() -> None:
+    primary = PoolSignals(pool="chat", request_rate_rps=Reading(4.0, 10.0), queue_depth=Reading(3.0, 10.0))
+    route = f.with_route_demand(primary, Reading(16.0, 25.0))
+    assert route.request_rate_rps == Reading(20.0, 25.0)
+    assert route.queue_depth == primary.queue_depth  # only the demand changes
+    assert not f.with_route_demand(primary, Reading(None, None)).request_rate_rps.is_known
+    assert not f.with_route_demand(primary, Reading(16.0, 200.0)).request_rate_rps.is_known  # a stale fallback
+    assert not f.with_route_demand(replace(primary, request_rate_rps=Reading(math.nan, 5.0)),
+                                   Reading(16.0, 5.0)).request_rate_rps.is_known

@@ -137,3 +137,49 @@ def test_each_tick_stores_p99_errors_kv_cache_prefix_hits_and_the_fallback_share
     later = now.replace(minute=41)
     loop.tick_pool(pool, signals, later)
     assert SignalSample.objects.get(pool=pool, at=later).fallback_share == 0.3  # what the route holds, read back
+
+
+def test_while_the_fallback_takes_a_share_the_pool_plans_for_the_routes_rate_not_for_what_is_left(pool: Pool) -> None:
+    """The headless surge held the primary at 3 replicas for minutes while the fallback carried 79 % of the
+    route: the planner read the primary's own rate, the part the fallback had not taken, as the demand."""
+    from datetime import datetime, timezone as tz
+
+    from controlplane.choices import Channel
+    from scaling.choices import FallbackPhase
+    from scaling.engine.signals import PoolSignals, Reading
+    from scaling.models import FallbackActivation, PlannerMemory
+
+    now = datetime(2026, 11, 30, 11, 40, tzinfo=tz.utc)
+    fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731
+    twin = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-8b-twin", namespace="inference",
+                               deployment="vllm-chat-8b-twin", model_name=pool.model_name, gpu_type=pool.gpu_type,
+                               min_replicas=1, max_replicas=8)
+    twin.slos.create(indicator=pool.slos.get().indicator, threshold=1000, objective=0.99)
+    spare = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
+                                deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
+    FallbackActivation.objects.create(pool=pool, fallback_pool=spare, route_namespace="inference", route_name="chat",
+                                      primary_backend="vllm-chat-8b", fallback_backend="vllm-chat-1b",
+                                      phase=FallbackPhase.ACTIVE, trigger="auto", share=0.8, target_percent=80,
+                                      route_percent=80, created_channel=Channel.AUTO)
+    own = dict(queue_depth=fresh(0), request_rate_rps=fresh(5.0), ready_replicas=fresh(2), desired_replicas=fresh(2),
+               arriving_replicas=fresh(0), ttft_p95_s=fresh(0.4), ttft_p99_s=fresh(0.6),
+               waiting_per_ready_replica=(fresh(0), fresh(0)))
+    pools = {p.pk: p for p in Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules")
+             .filter(pk__in=[pool.pk, twin.pk, spare.pk])}
+    read = {pool.pk: PoolSignals(pool=pool.name, **own), twin.pk: PoolSignals(pool=twin.name, **own),
+            spare.pk: PoolSignals(pool=spare.name, request_rate_rps=fresh(20.0))}
+    rates = loop._fallback_rates(list(pools.values()), read, now)
+    assert set(rates) == {pool.pk} and rates[pool.pk].value == 20.0  # only the pool whose route diverts
+
+    diverted = loop.tick_pool(pools[pool.pk], read[pool.pk], now, fallback_rate=rates[pool.pk])
+    alone = loop.tick_pool(pools[twin.pk], read[twin.pk], now)
+    assert diverted.decided["target_replicas"] > alone.decided["target_replicas"]
+    assert SignalSample.objects.get(pool=pool, at=now).request_rate_rps == 25.0  # the demand, for the forecasts
+    assert SignalSample.objects.get(pool=twin, at=now).request_rate_rps == 5.0
+    # What the fallback step reads back is the pool's own rate: it adds the fallback's itself.
+    assert PlannerMemory.objects.get(pool=pool).last_signals["request_rate_rps"] == 5.0
+
+    # The fallback's rate unknown: the demand is unknown (the planner holds), not the primary's part alone.
+    later = now.replace(minute=41)
+    loop.tick_pool(pools[pool.pk], read[pool.pk], later, fallback_rate=Reading(None, None))
+    assert SignalSample.objects.get(pool=pool, at=later).request_rate_rps is None
