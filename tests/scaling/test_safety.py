@@ -238,10 +238,10 @@ def test_one_pools_exception_is_recorded_for_it_and_the_others_are_planned(
                                  deployment="vllm-broken", model_name="x", gpu_type="H100", max_replicas=4)
     real = loop.tick_pool
 
-    def tick_pool(pool: Pool, *args: object) -> loop.PoolTick:
+    def tick_pool(pool: Pool, *args: object, **kwargs: object) -> loop.PoolTick:
         if pool.pk == broken.pk:
             raise ZeroDivisionError("a bug in one pool's inputs")
-        return real(pool, *args)
+        return real(pool, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(loop, "tick_pool", tick_pool)
     report = loop.tick([kube_pool, Pool.objects.select_related("cluster", "team").get(pk=broken.pk)])
