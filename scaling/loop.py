@@ -348,7 +348,7 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Re
     """Load the pool's state, run the decide step, persist what it learned, then act on it.
 
     With `fallback_rate` (the route sends part of the pool's traffic to its fallback) the decide step
-    plans for the route's rate and the sample keeps it as the demand; `last_signals` keeps what was read of
+    plans for the route's rate (and learns its capacity from the pool's own) and the sample keeps it as the demand; `last_signals` keeps what was read of
     the pool itself (the fallback step adds the fallback's rate to it)."""
     plan = pool_plan(pool)
     planned = signals if fallback_rate is None else fallback_engine.with_route_demand(signals, fallback_rate)
@@ -356,7 +356,8 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Re
         memory, _ = PlannerMemory.objects.select_for_update().get_or_create(pool=pool)
         state = decide.decide_state_from(memory.state, forecast_store.unpack(memory.seasonal_forecast))
         step = decide.decide(now.timestamp(), planned, plan, state, DatabaseHistory(pool, now),
-                             schedule_windows(pool, plan, now))
+                             schedule_windows(pool, plan, now),
+                             served_rate=None if fallback_rate is None else signals.request_rate_rps)
         decision = step.decision
         memory.state = step.state.planner.to_dict()
         memory.seasonal_forecast = forecast_store.pack(decide.forecast_dict(step.state))

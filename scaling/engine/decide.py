@@ -26,7 +26,7 @@ from scaling.engine import planner
 from scaling.engine.forecast import DEFAULT_MEMORY, ForecastMemory, OnlineForecast
 from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow
 from scaling.engine.queue_depth import QueueDepthPolicy
-from scaling.engine.signals import PoolSignals
+from scaling.engine.signals import PoolSignals, Reading
 
 FORECAST_BIN_S = 60.0  # the lead-time forecast reads 1-minute bins (on the clock's minutes)...
 RECENT_HISTORY_S = 3600.0  # ...remembers an hour of them, and starts from the last hour of history
@@ -280,9 +280,11 @@ def arriving_ready_in(requested_at: list[float], arriving: int, now_s: float, co
 
 
 def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideState, history: PoolHistory,
-           windows: tuple[ScheduleWindow, ...] = (), forecast_source: ForecastSource | None = None) -> Step:
+           windows: tuple[ScheduleWindow, ...] = (), forecast_source: ForecastSource | None = None,
+           served_rate: Reading | None = None) -> Step:
     """Forecast from the history, assemble the planner's input and plan: the one decide step.
-    `forecast_source` replaces `forecasts` (a replay reading forecasts recorded once for many)."""
+    `forecast_source` replaces `forecasts` (a replay reading forecasts recorded once for many);
+    `served_rate` is the pool's own rate where `signals` carries a route's demand (`PlanInput`)."""
     rate = signals.request_rate_rps
     rate_now = float(rate.value) if rate.is_known else math.nan  # type: ignore[arg-type]
     lead, peak, recent, state = (forecast_source or forecasts)(history, pool, now_s, rate_now, state)
@@ -293,7 +295,7 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
         arriving_ready_in_s=arriving_ready_in(history.requested_at() if arriving_count else [], arriving_count, now_s,
                                               pool.cold_start_p95_s),
         forecast_lead=lead, forecast_peak=peak, windows=windows,
-        approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent),
+        approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent), served_rate=served_rate,
     )
     decision = planner.plan(inputs, pool, state.planner)
     return Step(decision, inputs, recent, DecideState(decision.state, state.seasonal, state.lead, state.long,

@@ -415,7 +415,6 @@ def fallback_step(
     )
 
 
-
 def with_route_demand(primary: PoolSignals, fallback_rate: Reading) -> PoolSignals:
     """The primary's signals with the route's request rate while part of its traffic goes to the fallback.
 

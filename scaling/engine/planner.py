@@ -162,6 +162,10 @@ class PlanInput:
     windows: tuple[ScheduleWindow, ...] = ()
     approved_floor: int = 0  # an approved pre-scale the caller is holding (replicas), 0 for none
     recent_peak_rps: float | None = None  # highest observed rate over the last prescale horizon
+    # The rate the pool's own replicas were sent, where `signals` holds the route's demand and a fallback
+    # takes a share of it: the capacity correction learns latency against the load the replicas carried.
+    # None: the signals' request rate is what they carried.
+    served_rate: Reading | None = None
 
 
 @dataclass(frozen=True)
@@ -595,7 +599,8 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     staleness_alert = unknown_for >= pool.stale_alert_after_s
     reasons: list[str] = []
 
-    correction, corrected = corrected_capacity(pool, state, signals, ready) if key_known else (state.capacity_correction, None)
+    carried = signals if inputs.served_rate is None else replace(signals, request_rate_rps=inputs.served_rate)
+    correction, corrected = corrected_capacity(pool, state, carried, ready) if key_known else (state.capacity_correction, None)
     capacity_rps = pool.capacity_rps_per_replica * correction * pool.capacity_utilisation
     state = replace(state, capacity_correction=correction, last_known_at_s=last_known)
     if corrected:

@@ -8,8 +8,10 @@ fallback-eligible traffic that goes to the fallback pool until the next tick. A 
 of the requests is the priority class, which never falls back.
 
 The primary's policy scales the primary and sees the route's whole request rate (what the pool
-would get alone: the planner must not read the diverted share as a fall in demand); the fallback
-pool is a static, warm pool of `fallback_replicas`. Both pools are billed.
+would get alone: the planner must not read the diverted share as a fall in demand), and the rate
+the primary was sent beside it (`Observation.served_rate_rps`: its capacity correction learns
+latency against the load its replicas carried), as the live loop gives them; the fallback pool is a
+static, warm pool of `fallback_replicas`. Both pools are billed.
 
 Client timeouts, retries and a router queue limit are not modelled here (the replay refuses them
 with `--fallback`).
@@ -260,7 +262,10 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         if now >= next_tick:
             demand = route_sent / tick_s
             route_sent = 0
-            observation = primary.observe(now, tick_s, demand)
+            # The primary's policy plans for the route's demand and learns its capacity from what it was sent
+            # (read before `observe`, which starts the next tick's count).
+            served = primary.tick_sent / tick_s
+            observation = dataclasses.replace(primary.observe(now, tick_s, demand), served_rate_rps=served)
             decision: FallbackDecision = fallback_step(
                 now, signals_of(observation), route.primary_plan, state, route.policy, demand_rps=demand,
                 eligible_share=eligible_share,

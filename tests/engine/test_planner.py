@@ -687,3 +687,23 @@ def test_replicas_without_a_series_are_missing_not_dropped(case, series, expecte
     sig = dataclasses.replace(signals(ready=4, queue=None), waiting_per_ready_replica=tuple(fresh(v) for v in series))
     decision = plan(inputs(sig, lead=None), POOL, good_state(target=4))
     assert decision.term(p.REACTIVE).replicas == expected, case
+
+
+def test_under_a_fallback_the_correction_learns_from_the_rate_the_pool_carried_not_the_routes_demand():
+    # 10 replicas stated at 10 req/s, exactly right. The route's demand is 90 req/s but a fallback takes
+    # two thirds: the pool carries 30 req/s, and its latency is the profile's at 30 % load. Read against
+    # the demand (90 % load) that latency looks far too fast, and the correction would climb.
+    carried = 0.3 * 10.0 * 10
+    state = good_state()
+    for tick in range(40):
+        sig = signals(ready=10, rate=90.0, ttft_p95=p.expected_latency_s(POOL, 0.3))
+        served = dataclasses.replace(inputs(sig, lead=None, now=NOW + 15 * tick), served_rate=fresh(carried))
+        decision = plan(served, POOL, state)
+        state = decision.state
+    assert state.capacity_correction == pytest.approx(1.0, abs=0.02)
+    assert decision.target_replicas >= 9  # planned for the demand (90 req/s at 10 a replica), not the 30 carried
+    misread = good_state()
+    for tick in range(40):
+        sig = signals(ready=10, rate=90.0, ttft_p95=p.expected_latency_s(POOL, 0.3))
+        misread = plan(inputs(sig, lead=None, now=NOW + 15 * tick), POOL, misread).state
+    assert misread.capacity_correction > 1.1  # what the loop learned before it passed the carried rate

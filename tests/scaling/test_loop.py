@@ -178,6 +178,9 @@ def test_while_the_fallback_takes_a_share_the_pool_plans_for_the_routes_rate_not
     assert SignalSample.objects.get(pool=twin, at=now).request_rate_rps == 5.0
     # What the fallback step reads back is the pool's own rate: it adds the fallback's itself.
     assert PlannerMemory.objects.get(pool=pool).last_signals["request_rate_rps"] == 5.0
+    # The capacity correction learned from the 5 req/s the pool carried, as its twin's did.
+    assert (PlannerMemory.objects.get(pool=pool).state["capacity_correction"]
+            == PlannerMemory.objects.get(pool=twin).state["capacity_correction"])
 
     # The fallback's rate unknown: the demand is unknown (the planner holds), not the primary's part alone.
     later = now.replace(minute=41)

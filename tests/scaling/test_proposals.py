@@ -246,6 +246,9 @@ def test_the_cold_start_is_measured_from_the_pods_ready_transition(kube_pool: Po
 
     kube.pools[(NS, "vllm-chat-8b")] = dataclasses.replace(kube.pools[(NS, "vllm-chat-8b")], cold_start_s=2.0)
     driver = KubernetesDriver(kube.url)
+    # A pool of one serving replica: a pod still starting in the second of the write could not be told
+    # from the added one by its whole-second creation stamp (tests/drivers/test_added_pods.py).
+    assert wait_until(lambda: driver.status(services.workload_of(kube_pool)).ready == 1, 10)
     proposal = _propose(kube_pool, alice, target=2)
     services.approve(proposal.pk, _actor(bob))
     applied = services.execute(proposal.pk, driver)

@@ -28,6 +28,9 @@ class Observation:
     # histogram, the router's queue included): the part of TTFT that load causes.
     queue_time_p95_s: float = math.nan
     queue_time_p99_s: float = math.nan
+    # Where `arrival_rate_rps` is a route's demand and a fallback takes a share: the rate this pool was
+    # sent (the planner's capacity correction learns from it). NaN: the arrival rate is this pool's.
+    served_rate_rps: float = math.nan
 
 
 class Policy(Protocol):

@@ -178,7 +178,9 @@ class HeadroomPolicy:
 
     def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
         signals = signals_of(observation)
-        step = decide.decide(now, signals, self.pool, state.decide, state.history, forecast_source=self.forecasts)
+        served = None if math.isnan(observation.served_rate_rps) else fresh(observation.served_rate_rps)
+        step = decide.decide(now, signals, self.pool, state.decide, state.history, forecast_source=self.forecasts,
+                             served_rate=served)
         decision = step.decision
         if state.keep_decisions:
             state.decisions.append(decision)
