@@ -105,14 +105,25 @@ def test_a_daily_peak_in_the_history_becomes_a_prescale_proposal(pool: Pool) -> 
     assert Proposal.objects.filter(pool=pool, kind="prescale").count() == 1
 
 
+def _open_fallback(pool: Pool, share: float, target_percent: int, route_percent: int):  # noqa: ANN202
+    """An active fallback of `pool` to a 1B pool on the route `inference/chat`."""
+    from controlplane.choices import Channel
+    from scaling.choices import FallbackPhase
+    from scaling.models import FallbackActivation
+
+    spare = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
+                                deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
+    return FallbackActivation.objects.create(
+        pool=pool, fallback_pool=spare, route_namespace="inference", route_name="chat", primary_backend="vllm-chat-8b",
+        fallback_backend="vllm-chat-1b", phase=FallbackPhase.ACTIVE, trigger="auto", share=share,
+        target_percent=target_percent, route_percent=route_percent, created_channel=Channel.AUTO)
+
+
 def test_each_tick_stores_p99_errors_kv_cache_prefix_hits_and_the_fallback_share(pool: Pool) -> None:
     """The incident view's charts and the alerts over days read these columns; unknown stays None."""
     from datetime import datetime, timezone as tz
 
-    from controlplane.choices import Channel
-    from scaling.choices import FallbackPhase
     from scaling.engine.signals import PoolSignals, Reading
-    from scaling.models import FallbackActivation
 
     now = datetime(2026, 11, 30, 11, 40, tzinfo=tz.utc)
     pool = Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules").get(pk=pool.pk)
@@ -128,12 +139,7 @@ def test_each_tick_stores_p99_errors_kv_cache_prefix_hits_and_the_fallback_share
             sample.prefix_cache_hit_rate, sample.fallback_share) == (0.9, None, 0.02, 0.81, 0.35, 0.0)
     assert (sample.request_rate_rps, sample.queue_depth, sample.ttft_p95_s, sample.e2e_p95_s) == (4.0, 3.0, 0.4, 3.0)
 
-    fallback = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
-                                   deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
-    FallbackActivation.objects.create(pool=pool, fallback_pool=fallback, route_namespace="inference", route_name="chat",
-                                      primary_backend="vllm-chat-8b", fallback_backend="vllm-chat-1b",
-                                      phase=FallbackPhase.ACTIVE, trigger="auto", share=0.5, target_percent=40,
-                                      route_percent=30, created_channel=Channel.AUTO)
+    _open_fallback(pool, share=0.5, target_percent=40, route_percent=30)
     later = now.replace(minute=41)
     loop.tick_pool(pool, signals, later)
     assert SignalSample.objects.get(pool=pool, at=later).fallback_share == 0.3  # what the route holds, read back
@@ -144,10 +150,8 @@ def test_while_the_fallback_takes_a_share_the_pool_plans_for_the_routes_rate_not
     route: the planner read the primary's own rate, the part the fallback had not taken, as the demand."""
     from datetime import datetime, timezone as tz
 
-    from controlplane.choices import Channel
-    from scaling.choices import FallbackPhase
     from scaling.engine.signals import PoolSignals, Reading
-    from scaling.models import FallbackActivation, PlannerMemory
+    from scaling.models import PlannerMemory
 
     now = datetime(2026, 11, 30, 11, 40, tzinfo=tz.utc)
     fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731
@@ -155,12 +159,7 @@ def test_while_the_fallback_takes_a_share_the_pool_plans_for_the_routes_rate_not
                                deployment="vllm-chat-8b-twin", model_name=pool.model_name, gpu_type=pool.gpu_type,
                                min_replicas=1, max_replicas=8)
     twin.slos.create(indicator=pool.slos.get().indicator, threshold=1000, objective=0.99)
-    spare = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
-                                deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
-    FallbackActivation.objects.create(pool=pool, fallback_pool=spare, route_namespace="inference", route_name="chat",
-                                      primary_backend="vllm-chat-8b", fallback_backend="vllm-chat-1b",
-                                      phase=FallbackPhase.ACTIVE, trigger="auto", share=0.8, target_percent=80,
-                                      route_percent=80, created_channel=Channel.AUTO)
+    spare = _open_fallback(pool, share=0.8, target_percent=80, route_percent=80).fallback_pool
     own = dict(queue_depth=fresh(0), request_rate_rps=fresh(5.0), ready_replicas=fresh(2), desired_replicas=fresh(2),
                arriving_replicas=fresh(0), ttft_p95_s=fresh(0.4), ttft_p99_s=fresh(0.6),
                waiting_per_ready_replica=(fresh(0), fresh(0)))
