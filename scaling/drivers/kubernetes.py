@@ -56,7 +56,9 @@ def added_pods_ready_at(pods: list[client.V1Pod], since: datetime, count: int) -
     Creation stamps have whole seconds, so a pod created within the second of the write counts as
     added unless it was already Ready before the write (no pod the write added can be), and pods
     that share a second cannot be told apart: all of them are waited for. An older one among them
-    started first, so the latest Ready is still the added pods' own.
+    started first, so the latest Ready is still the added pods' own. Left open: an older pod still
+    starting, created in the write's second while the added ones got the next, is taken as added
+    (only a list of the pods at the write would tell them apart).
     """
     floor = since.replace(microsecond=0)
 
