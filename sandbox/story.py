@@ -57,10 +57,8 @@ def clock(wall_s: float) -> str:
 class Director:
     """Watches the story's pool and says what happens; requests the warm-pool report after the surge."""
 
-    def __init__(self, primary: str, fallback: str, speed: float, say: Say, started: float | None = None,
-                 spilled: Callable[[], int] | None = None) -> None:
+    def __init__(self, primary: str, fallback: str, speed: float, say: Say, started: float | None = None) -> None:
         self.primary, self.fallback, self.speed, self.say = primary, fallback, speed, say
-        self.spilled = spilled  # the gateway's count of requests it spilled over to the fallback
         self.started = started if started is not None else time.time()
         self.state = StoryState()
 
@@ -153,10 +151,7 @@ class Director:
                           f"while {self.primary}'s replicas arrive (activation #{activation.pk})")
             if activation.phase == FallbackPhase.RESTORED and activation.pk not in self.state.restored:
                 self.state.restored.add(activation.pk)
-                spilled = "" if self.spilled is None else (
-                    f" (besides its share, the gateway spilled {self.spilled()} single requests over to "
-                    f"{self.fallback} that {self.primary} would have started late)")
-                self.tell(f"fallback restored: the whole route is back on {self.primary}{spilled}")
+                self.tell(f"fallback restored: the whole route is back on {self.primary}")
 
     def _incidents(self, pool: Pool) -> None:
         from incidents.models import Incident

@@ -178,11 +178,6 @@ def test_the_demo_tells_the_readme_story(demo: Demo, browser_page: Page, screens
     expect(timeline).to_contain_text(re.compile(r"Fallback #\d+ to vllm-llama-3-2-1b-l4-fallback: entered"))
     page.screenshot(path=str(screenshots / "story-incident.png"), full_page=True)
 
-    # The fallback hands back; besides its share, the gateway spilled single late requests over to it.
-    restored = demo.wait_for(r"fallback restored: the whole route is back on \S+ \(besides its share, the gateway "
-                             r"spilled (\d+) single requests")
-    assert int(restored[1]) >= 1
-
     # 4. Calm again: the warm-pool report requested for the surged pool, and its advice.
     requested = demo.wait_for(r"calm again: warm-pool report #(\d+) requested")
     # The replay takes about 40 s on two cores, minutes when other work loads them.

@@ -58,28 +58,3 @@ def test_a_pre_scale_is_told_as_waiting_in_the_inbox_and_a_stuck_scale_up_as_wai
     assert any(f"pre-scale proposal #{prescale.pk} (1 → 6) waits in the inbox" in line and "4.4x" in line
                for line in said)
     assert any(f"scale-up #{stuck.pk} 4 → 9 (waits for a person in the inbox)" in line for line in said)
-
-
-def test_a_fallback_is_told_when_it_enters_and_once_restored_with_the_requests_the_gateway_spilled(
-        story_pool: Pool) -> None:
-    from scaling.choices import FallbackPhase
-    from scaling.models import FallbackActivation
-
-    said: list[str] = []
-    spilled = [0]
-    director = Director("chat-8b", "chat-1b-fallback", speed=4.0, say=said.append, spilled=lambda: spilled[0])
-    spare = Pool.objects.create(cluster=story_pool.cluster, team=story_pool.team, name="chat-1b-fallback",
-                                namespace="inference", deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
-    activation = FallbackActivation.objects.create(
-        pool=story_pool, fallback_pool=spare, route_namespace="inference", route_name="chat",
-        primary_backend="vllm-chat-8b", fallback_backend="vllm-chat-1b", phase=FallbackPhase.ACTIVE, trigger="auto",
-        share=0.6, target_percent=60, route_percent=60, created_channel=Channel.AUTO)
-    director.step()
-    assert [line for line in said if "fallback active: chat-1b-fallback takes 60 % of the route" in line]
-    spilled[0] = 37
-    FallbackActivation.objects.filter(pk=activation.pk).update(phase=FallbackPhase.RESTORED)
-    director.step()
-    director.step()
-    restored = [line for line in said if "fallback restored" in line]
-    assert len(restored) == 1
-    assert "the gateway spilled 37 single requests over to chat-1b-fallback" in restored[0]
