@@ -11,10 +11,10 @@ With `FallbackRouting` (the gateway's own settings, as an inference gateway's op
 the gateway also knows which backend is the route's fallback pool and which request classes may go
 there (`x-request-class`, `standard` when absent): a request of another class never goes to the
 fallback (a production route gives it a rule of its own, e.g. matched on that header, with the primary
-alone). With `spill_after_s` it spills over per request: while the fallback backend's weight is above
-0, an eligible request the weights left on a primary whose chosen replica would start it more than
-`spill_after_s` model seconds late goes to the fallback's least-loaded replica instead
-(`scaling.engine.spillover`, the replay's rule). The wait is estimated from the replica's waiting and
+alone). With `spill_after_s` it spills over per request, at any weights (the fallback's 0 included, as
+an inference gateway falls back on a per-request timeout): an eligible request the weights left on a
+primary whose chosen replica would start it more than `spill_after_s` model seconds late goes to the
+fallback's least-loaded replica instead (`scaling.engine.spillover`, the replay's rule). The wait is estimated from the replica's waiting and
 running requests and its full-batch completion rate, as vLLM exports them.
 """
 from __future__ import annotations
@@ -107,8 +107,7 @@ class Gateway:
         if pool is None or fallback.is_fallback(pool) or fallback.spill_after_s is None:
             return pool, replica
         spare = next(((spec, weight) for spec, weight in weights if fallback.is_fallback(spec)), None)
-        if spare is not None and spills(fallback_active=spare[1] > 0, eligible=eligible,
-                                        start_wait_s=self.start_wait_s(pool, replica),
+        if spare is not None and spills(eligible=eligible, start_wait_s=self.start_wait_s(pool, replica),
                                         after_s=fallback.spill_after_s):
             spare_replica = self.pick_replica(spare[0])
             if spare_replica is not None:

@@ -53,6 +53,8 @@ from sandbox.scenarios import SURGE_END_S, SURGE_FACTOR, SURGE_START_S, scenario
 from sandbox.traffic import ClientOptions, RequestRecord
 
 SPILLOVER_WAIT_SHARE = 0.2  # the replay's --fallback-spillover, fitted on seed 1 (docs/benchmarks.md)
+HISTORY_HOURS = 26.0  # yesterday's peak, and the day before it as quiet (as the story's)
+YESTERDAY_PEAK_FACTOR = 10.0  # yesterday's peak at the surge's hour, times the base load (scenarios.surge_history_rate)
 HEADLESS_SCENARIOS = ("surge-10x",)  # finite scenarios: a headless run needs an end
 TICK_EVERY_S = 15.0  # scenario seconds between control-loop ticks, as the beat's 15 s
 SAMPLE_EVERY_S = 0.25  # wall seconds between replica counts (GPU hours, max ready)
@@ -70,9 +72,13 @@ class HeadlessOptions:
     cold_start_s: float | None = None  # model seconds; None: the profile's p50
     team_slug: str = "ml-platform"
     fallback: bool = True  # the Headroom run has a warm fallback pool and a fallback policy
-    # With the fallback, the gateway spills a request over to it while it is active and the primary would
-    # start the request later than this share of the SLO; None: off.
+    # With the fallback, the gateway spills a request over to it when the primary would start the request
+    # later than this share of the SLO; None: off.
     spillover_wait_share: float | None = SPILLOVER_WAIT_SHARE
+    # Hours of yesterday backfilled into the Headroom run's Prometheus: the base load, and a day before the
+    # surge the day's peak (YESTERDAY_PEAK_FACTOR x for 30 minutes), which the loop forecasts and proposes
+    # to pre-scale for; 0: no history, the surge comes unforeseen.
+    history_hours: float = HISTORY_HOURS
 
 
 # The engine keeps the primary, and the fallback, at this share of their ready capacity (FallbackPolicy).
@@ -148,12 +154,18 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
         _loop(stop, clock, options, on_call, approved_by_on_call, progress, ticks_s)
 
     warm = fallback_replicas(_sandbox_config(options, 0)) if options.fallback else 0
-    ours = _run_in_sandbox(options, "headroom", headroom, progress, fallback_replicas=warm)
+    ours = _run_in_sandbox(options, "headroom", headroom, progress, fallback_replicas=warm,
+                           history_hours=options.history_hours)
     second_tick = second_tick_after_surge_s(ticks_s)
     report = {
         "scenario": options.scenario,
         "speed": options.speed,
         "auto_approve_after_s": options.auto_approve_after_s,
+        "history": ({"hours": options.history_hours,
+                     "yesterday": f"the base load, and from the surge's onset a day before a {YESTERDAY_PEAK_FACTOR:g}x "
+                                  f"peak for {scenarios.YESTERDAY_PEAK_WALL_S / 60:g} wall minutes (today: the "
+                                  f"{(SURGE_END_S - SURGE_START_S) / 60:g}-minute surge)"}
+                    if options.history_hours > 0 else "none (--history 0): the surge comes unforeseen"),
         **_scores(ours, options.speed, second_tick),
         "proposals": _proposals(ours.clock, approved_by_on_call),
         **_fallback(ours, warm),
@@ -167,20 +179,24 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
     return report
 
 
-def _sandbox_config(options: HeadlessOptions, fallback_replicas: int) -> SandboxConfig:
+def _sandbox_config(options: HeadlessOptions, fallback_replicas: int, history_hours: float = 0.0) -> SandboxConfig:
     spill = (spill_after_s(options.spillover_wait_share, SLO_TTFT_S)
              if fallback_replicas and options.spillover_wait_share is not None else None)
     return SandboxConfig(pools=1, scenario=options.scenario, speed=options.speed, cold_start_s=options.cold_start_s,
                          prometheus=True, scrape_interval_s=max(0.5, 5.0 / options.speed), stream=True,
-                         traffic_after_ready=True, fallback_replicas=fallback_replicas, spill_after_s=spill)
+                         traffic_after_ready=True, fallback_replicas=fallback_replicas, spill_after_s=spill,
+                         history_hours=history_hours,
+                         history_peak_factor=YESTERDAY_PEAK_FACTOR if history_hours > 0 else 0.0)
 
 
 def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controller, progress: Progress,
-                    fallback_replicas: int = 0) -> SandboxRun:
-    """Start a fresh sandbox, let `controller` scale it while the scenario plays, stop it."""
-    config = _sandbox_config(options, fallback_replicas)
+                    fallback_replicas: int = 0, history_hours: float = 0.0) -> SandboxRun:
+    """Start a fresh sandbox, let `controller` scale it while the scenario plays, stop it. Only Headroom's run
+    gets history: the baseline reads none."""
+    config = _sandbox_config(options, fallback_replicas, history_hours)
     with_fallback = f", {fallback_replicas} warm fallback replicas" if fallback_replicas else ""
-    progress(f"[{policy}] starting the sandbox ({options.scenario} at {options.speed:g}x{with_fallback})")
+    with_history = f", {history_hours:g} h of history" if history_hours > 0 else ""
+    progress(f"[{policy}] starting the sandbox ({options.scenario} at {options.speed:g}x{with_fallback}{with_history})")
     sandbox = Sandbox(config).start()
     clock = _Clock(options.speed)
     stop = threading.Event()

@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from scaling.sim.profiles import PROFILES, PoolProfile
@@ -24,7 +25,8 @@ from sandbox.history import history_openmetrics, rate_openmetrics
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from sandbox.prometheus import PrometheusError, PrometheusLauncher
 from sandbox.replica import wait_until
-from sandbox.scenarios import BASE_RPS_PER_POOL, continued, scenario_trace, story_history_rate
+from sandbox.scenarios import (BASE_RPS_PER_POOL, continued, scenario_trace, story_history_rate,
+                               surge_history_rate)
 from sandbox.traffic import ClientOptions, TrafficGenerator
 
 
@@ -50,9 +52,13 @@ class SandboxConfig:
     # A warm fallback pool (FALLBACK_PROFILE, a smaller model) with this many replicas, on the same route at
     # weight 0: it takes only what a fallback policy diverts, and adds no traffic of its own (0: none).
     fallback_replicas: int = 0
-    # The gateway spills a request over to the fallback pool while its weight is above 0 and the primary
-    # would start the request more than this many model seconds late (sandbox/gateway.py); None: never.
+    # The gateway spills a request over to the fallback pool, at any weights, when the primary would start
+    # it more than this many model seconds late (sandbox/gateway.py); None: never.
     spill_after_s: float | None = None
+    # With `history_hours`, backfill request rates alone: the base load and, a day before the scenario's
+    # surge, a 30-minute peak of this many times it (scenarios.surge_history_rate); 0: the scenario's own
+    # traffic, replayed through the engines.
+    history_peak_factor: float = 0.0
 
 
 CLIENT_TIMEOUT_S = 120.0  # model seconds a client waits for an answer
@@ -122,9 +128,12 @@ class Sandbox:
             raise ValueError("fallback_replicas must be 0 or more")
         if config.spill_after_s is not None and config.fallback_replicas == 0:
             raise ValueError("spill_after_s needs a fallback pool (fallback_replicas)")
+        if config.history_peak_factor < 0:
+            raise ValueError("history_peak_factor must be 0 (off) or more")
         self.config = config
         self.trace = scenario_trace(config.scenario, config.pools, config.traces_dir, speed=config.speed)
-        if self.trace is not None and config.history_hours > 0 and config.scenario != "story":
+        if (self.trace is not None and config.history_hours > 0 and config.scenario != "story"
+                and not config.history_peak_factor):
             # Live traffic goes on where the backfilled history ends (same time of day).
             self.trace = continued(self.trace, config.history_hours * 3600.0 + HISTORY_GAP_S)
         self.fleet = Fleet(speed=config.speed)
@@ -188,8 +197,13 @@ class Sandbox:
             raise RuntimeError("the starting replicas did not become Ready")
 
     def _backfill(self, prometheus: PrometheusLauncher) -> None:
+        base, speed = BASE_RPS_PER_POOL * self.config.pools, self.config.speed
         if self.config.scenario == "story":
-            self._backfill_story(prometheus)
+            self._backfill_rates(prometheus, lambda t: story_history_rate(t, base, speed))
+            return
+        if self.config.history_peak_factor:
+            factor = self.config.history_peak_factor
+            self._backfill_rates(prometheus, lambda t: surge_history_rate(t, base, speed, factor))
             return
         history = scenario_trace(self.config.scenario, self.config.pools, self.config.traces_dir, seed=1)
         if self.config.history_hours <= 0 or history is None:
@@ -201,15 +215,15 @@ class Sandbox:
         print(f"sandbox: backfilled {self.config.history_hours:g} h of {self.config.scenario} history in "
               f"{time.monotonic() - started:.0f} s", file=sys.stderr)
 
-    def _backfill_story(self, prometheus: PrometheusLauncher) -> None:
-        """The story's yesterday, as request rates per wall second (the live pool's rate at the speed), sampled
-        three times per rate window (registration.sandbox_rate_window) so every window holds two samples."""
+    def _backfill_rates(self, prometheus: PrometheusLauncher, rate_at: Callable[[float], float]) -> None:
+        """Yesterday as request rates per wall second (`rate_at(t)`, t from now; the live pool's rate at the
+        speed), sampled three times per rate window (registration.sandbox_rate_window) so every window
+        holds two samples: the story's, and the headless surge's."""
         if self.config.history_hours <= 0:
             return
-        base, speed = BASE_RPS_PER_POOL * self.config.pools, self.config.speed
-        step_s = min(15.0, max(5.0, round(60.0 / speed)) / 3)
+        step_s = min(15.0, max(5.0, round(60.0 / self.config.speed)) / 3)
         pools = [(spec, spec.weight) for spec in self.primary_specs]
-        prometheus.backfill(rate_openmetrics(pools, lambda t: story_history_rate(t - HISTORY_GAP_S, base, speed),
+        prometheus.backfill(rate_openmetrics(pools, lambda t: rate_at(t - HISTORY_GAP_S),
                                              self.config.history_hours, time.time() - HISTORY_GAP_S, step_s))
 
     def stop(self) -> None:

@@ -4,7 +4,8 @@
 - `steady`: Poisson arrivals, `BASE_RPS_PER_POOL` per pool, conversation-like token lengths.
 - `surge`: the steady load with a 10x surge from minute 2 to minute 7 of every 15 minutes.
 - `surge-10x`: one such surge and then the end: 2 minutes steady, 5 minutes at 10x, 1 minute steady
-  (8 minutes, finite: what `manage.py demo --headless` scores).
+  (8 minutes, finite: what `manage.py demo --headless` scores). The headless run backfills yesterday
+  as `surge_history_rate`: the same hour held a 30-minute peak, so the loop forecasts it.
 - `daily`: the steady load with a 15x peak of 30 minutes once a day, 2 h 15 min into the scenario's
   day. Live traffic continues the backfilled history's timeline, so with `--history 26` the past
   holds yesterday's peak and today's comes 10 minutes after the start: a forecaster can see it coming.
@@ -63,6 +64,19 @@ def story_history_rate(t_wall: float, base: float, speed: float = 1.0) -> float:
     peak_wall_start = story_peak_wall_s(speed) - DAY_S
     in_peak = peak_wall_start <= t_wall < peak_wall_start + STORY_PEAK_WALL_S
     return base * speed * (DAILY_FACTOR if in_peak else 1.0)
+
+
+YESTERDAY_PEAK_WALL_S = 1800.0  # `surge_history_rate`: yesterday's peak lasted 30 wall minutes
+
+
+def surge_history_rate(t_wall: float, base: float, speed: float, peak_factor: float) -> float:
+    """Yesterday's request rate for `surge-10x` (`manage.py demo --headless`), per wall second, `t_wall`
+    seconds from the start (negative: the past): the base load, and from the surge's onset a day before,
+    `peak_factor` times it for 30 wall minutes: the day's peak, which the loop's forecast sees coming
+    (its days are wall days). Today it comes as the scenario's 5-minute surge."""
+    onset = SURGE_START_S / speed - DAY_S
+    in_peak = onset <= t_wall < onset + YESTERDAY_PEAK_WALL_S
+    return base * speed * (peak_factor if in_peak else 1.0)
 
 
 def _tokens(chooser: random.Random, median: int, sigma: float, cap: int) -> int:

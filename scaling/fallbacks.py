@@ -156,7 +156,17 @@ def decide(policy: FallbackPolicy, now: datetime, activation: FallbackActivation
                                 engine_policy(policy), demand_rps=demand, eligible_share=eligible,
                                 fallback_capacity_rps=fallback_capacity, ejected_replicas=breakers.ejected,
                                 breaker_open=breakers.failing,
-                                routed_share=(activation.route_percent / 100.0) if activation is not None else 0.0)
+                                routed_share=(activation.route_percent / 100.0 if activation is not None
+                                              else spilled_share(*rates)))
+
+
+def spilled_share(primary_rps: float | None, fallback_rps: float | None) -> float:
+    """With no fallback open, the share of the route the fallback pool answered: the gateway's per-request
+    spill-over (scaling.engine.spillover). A fallback pool serves its primary's route alone, so all it
+    answers is the primary's overflow. 0 where either rate is unknown or nothing was sent."""
+    if primary_rps is None or fallback_rps is None or primary_rps + fallback_rps <= 0.0:
+        return 0.0
+    return max(0.0, fallback_rps) / (primary_rps + fallback_rps)
 
 
 def route_percent_for(policy: FallbackPolicy, share: float) -> int:
@@ -250,7 +260,8 @@ def _apply(policy: FallbackPolicy, decision: engine.FallbackDecision, activation
     """Turn one engine decision into the activation's phase and target (under the policy's lock)."""
     reasons = list(decision.reasons)
     policy.last_decision = {"phase": decision.phase, "share": round(decision.share, 4), "reasons": reasons,
-                            "overflow_share": round(decision.overflow_share, 4), "at": now.isoformat()}
+                            "overflow_share": round(decision.overflow_share, 4),
+                            "spilled_share": round(decision.spilled_share, 4), "at": now.isoformat()}
     if decision.event == engine.ENTERED and activation is None:
         phase = FallbackPhase.WAITING_APPROVAL if policy.requires_approval else FallbackPhase.ACTIVE
         try:

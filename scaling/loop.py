@@ -347,9 +347,10 @@ def _signals_dict(signals: PoolSignals) -> dict[str, Any]:
 def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Reading | None = None) -> PoolTick:
     """Load the pool's state, run the decide step, persist what it learned, then act on it.
 
-    With `fallback_rate` (the route sends part of the pool's traffic to its fallback) the decide step
-    plans for the route's rate (and learns its capacity from the pool's own) and the sample keeps it as the demand; `last_signals` keeps what was read of
-    the pool itself (the fallback step adds the fallback's rate to it)."""
+    With `fallback_rate` (what the pool's fallback pool answered: the route's share or the gateway's
+    spill-over) the decide step plans for the route's rate (and learns its capacity from the pool's own)
+    and the sample keeps it as the demand; `last_signals` keeps what was read of the pool itself (the
+    fallback step adds the fallback's rate to it)."""
     plan = pool_plan(pool)
     planned = signals if fallback_rate is None else fallback_engine.with_route_demand(signals, fallback_rate)
     with transaction.atomic():
@@ -434,16 +435,27 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime) -> 
 
 
 def _fallback_rates(cluster_pools: list[Pool], signals: dict[int, PoolSignals], now: datetime) -> dict[int, Reading]:
-    """The request rate of the fallback pool of each pool whose route has an open fallback: this tick's
-    reading where the fallback pool was read with this cluster, else its last stored one."""
+    """The request rate of the fallback pool of each pool that has one: this tick's reading where the
+    fallback pool was read with this cluster, else its last stored one. What a fallback pool answers is
+    its primary's traffic, moved by an open fallback's weights or spilled by the gateway per request.
+
+    With no fallback open, a pool whose fallback's rate is unknown is left out (its own rate is its
+    demand, as without a fallback): a missing reading of the pool that only stands by must not hold the
+    primary. With one open, unknown stays unknown (`with_route_demand`): most of the demand may be there."""
     from scaling.fallbacks import pool_signals  # fallbacks imports this module
 
-    open_fallbacks = FallbackActivation.objects.filter(
-        pool__in=[pool for pool in cluster_pools if pool.pk in signals], phase__in=list(FALLBACK_OPEN_PHASES),
-    ).select_related("fallback_pool")
-    return {activation.pool_id: (signals.get(activation.fallback_pool_id)
-                                 or pool_signals(activation.fallback_pool, now)).request_rate_rps
-            for activation in open_fallbacks}
+    read = [pool for pool in cluster_pools if pool.pk in signals]
+    open_to = {activation.pool_id: activation.fallback_pool for activation in FallbackActivation.objects.filter(
+        pool__in=read, phase__in=list(FALLBACK_OPEN_PHASES)).select_related("fallback_pool")}
+    rates = {}
+    for pool in read:
+        spare = open_to.get(pool.pk) or (pool.fallback_pool if pool.fallback_pool_id is not None else None)
+        if spare is None:
+            continue
+        rate = (signals.get(spare.pk) or pool_signals(spare, now)).request_rate_rps
+        if pool.pk in open_to or rate.is_known:
+            rates[pool.pk] = rate
+    return rates
 
 
 def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: str | None = None) -> TickReport:

@@ -41,12 +41,17 @@ def shift_key(proposal: Proposal) -> str:
 
 def giving_pool(pool: Pool) -> Pool | None:
     """The one other pool of the cluster on `pool`'s route, or None when the pool does not split its route
-    (or splits it several ways: which one to drain is then a person's call)."""
+    (or splits it several ways: which one to drain is then a person's call). A fallback pool on the route
+    is no split: it takes what a fallback or the gateway's spill-over sends it, and gives nothing back."""
     if not pool.route_name or not pool.route_backend:
         return None
-    others = list(Pool.objects.select_related("cluster", "team").filter(
-        cluster_id=pool.cluster_id, route_name=pool.route_name).exclude(pk=pool.pk).exclude(route_backend="")[:2])
-    return others[0] if len(others) == 1 else None
+    others = Pool.objects.select_related("cluster", "team").filter(
+        cluster_id=pool.cluster_id, route_name=pool.route_name).exclude(pk=pool.pk).exclude(route_backend="")
+    others = others.exclude(fallback_pool=pool)
+    if pool.fallback_pool_id is not None:
+        others = others.exclude(pk=pool.fallback_pool_id)
+    found = list(others[:2])
+    return found[0] if len(found) == 1 else None
 
 
 def _already_moved(giver: Pool, receiver: Pool, router: Router) -> bool:
@@ -79,8 +84,6 @@ def start_for(proposal_id: int, router: Router | None = None) -> TrafficShift | 
             return None
         return traffic.start(giver, proposal.pool, AUTO, idempotency_key=key, router=router)
     except Exception as exc:  # noqa: BLE001 - a refused or unreadable route: logged, the sweep tries again
-        logger.info("pre-scale #%s succeeded; no shift to %s: %s", proposal.pk, proposal.pool, exc)
-        return None
         logger.info("pre-scale #%s succeeded; no shift to %s: %s", proposal.pk, proposal.pool, exc)
         return None
 

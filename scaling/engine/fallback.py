@@ -26,6 +26,8 @@ PHASES = (INACTIVE, ACTIVE, RESTORING)
 ENTERED, RETURN_STARTED, REACTIVATED, RESTORED = "entered", "return_started", "reactivated", "restored"
 
 PRIORITY, STANDARD = "priority", "standard"
+# With no fallback active, a spill-over of at least this share of the route is named in the decision.
+SPILL_SHOWN_FROM = 0.01
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ class FallbackInputs:
     breaker_open: str = ""
     queue_read_at_s: float | None = None  # when `queue_depth` was read (None: now)
     # The share of the route's traffic the fallback took since the last tick (None: the state's share
-    # of the eligible traffic, as decided; the live loop passes what is on the route).
+    # of the eligible traffic, as decided; the live loop passes what is on the route). While no fallback
+    # is active it is the gateway's per-request spill-over (`spillover.py`).
     routed_share: float | None = None
 
 
@@ -131,6 +134,7 @@ class FallbackDecision:
     state: FallbackState
     event: str | None = None  # ENTERED, RETURN_STARTED, REACTIVATED, RESTORED or None
     overflow_share: float = 0.0  # the share the overflow alone asks for (for display)
+    spilled_share: float = 0.0  # with no fallback active, of the route, what the gateway spilled (for display)
 
 
 def _known(value: float) -> bool:
@@ -254,6 +258,7 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
 
     if state.phase == INACTIVE:
         reasons: list[str] = []
+        spilled = inputs.routed_share if inputs.routed_share is not None and _known(inputs.routed_share) else 0.0
         if at_max and overflow > 0.0:
             reasons.append(f"at its maximum of {inputs.max_replicas} replicas, the demand of "
                            f"{inputs.demand_rps:.1f} req/s needs {math.ceil(needed)}")
@@ -276,7 +281,14 @@ def decide_fallback(inputs: FallbackInputs, policy: FallbackPolicy, state: Fallb
                 if not sustained else "capacity arrives in time")
             if reasons and limit <= 0.0:
                 why = "the fallback pool has no ready capacity"
-            return FallbackDecision(0.0, INACTIVE, (why,), replace(state, calm_since_s=None), None, overflow)
+            if spilled >= SPILL_SHOWN_FROM:
+                # The gateway's per-request spill-over sends only the requests the primary would start late;
+                # a share by weight would also send requests it serves in time to the smaller model.
+                why += (f"; the gateway spilled {spilled:.0%} of the route's requests to the fallback, request by "
+                        f"request ({math.ceil(needed)} replicas needed for {inputs.demand_rps:.1f} req/s, "
+                        f"{inputs.ready_replicas} ready): no share moved by weight")
+            return FallbackDecision(0.0, INACTIVE, (why,), replace(state, calm_since_s=None), None, overflow,
+                                    spilled_share=spilled)
         # A primary failing as a whole sends all it may; otherwise the overflow decides.
         share = limit if inputs.breaker_open else min(max(overflow, policy.min_share), limit)
         reasons.append(f"diverting {share:.0%} of the fallback-eligible traffic (overflow {overflow:.0%}{demand_text})")

@@ -1,12 +1,16 @@
 """Per-request spill-over to the fallback pool: the gateway's rule beside the route's share.
 
 The fallback step (`fallback.py`) sets, once a tick, the share of the eligible traffic that goes to
-the fallback pool. A burst inside a tick queues on the primary all the same. Spill-over is what a
-queue-aware gateway does per request: while the fallback is active (the fallback backend's route
-weight > 0), an eligible request that the primary would start more than `after_s` late goes to the
-fallback instead. Headroom decides *when* the fallback is active; the gateway, request by request,
-decides *which* requests spill. The replay's route mode (`scaling/sim/route_mode.py`) and the sandbox
-gateway (`sandbox/gateway.py`) both decide with `spills()`.
+the fallback pool. A burst inside a tick queues on the primary all the same, and a surge's first
+seconds come before any tick can see it. Spill-over is what a queue-aware gateway does per request,
+as inference gateways fall back on a per-request timeout: an eligible request that the primary would
+start more than `after_s` late goes to the fallback instead, whatever the route's weights say, with
+no fallback active too (the fallback pool stands by warm). Headroom sees what spilled (the fallback
+pool's request rate): it counts it as the primary's demand and names it in the fallback's decision
+(`fallback.py`). It moves a share by weight only when the spill is not enough (the primary's latency
+still over its SLO): a share would also send requests the primary serves in time to the smaller model. The replay's
+route mode (`scaling/sim/route_mode.py`) and the sandbox gateway (`sandbox/gateway.py`) both decide
+with `spills()`.
 
 How late the primary would start a request differs by who asks: the replay knows each replica's
 schedule (when its next batch slot and its prefill are free); a gateway sees what a replica exports
@@ -28,13 +32,12 @@ def spill_after_s(wait_share: float, slo_ttft_s: float) -> float:
     return wait_share * slo_ttft_s
 
 
-def spills(*, fallback_active: bool, eligible: bool, start_wait_s: float, after_s: float | None) -> bool:
+def spills(*, eligible: bool, start_wait_s: float, after_s: float | None) -> bool:
     """Whether a request the route left on the primary goes to the fallback instead.
 
-    Only while the fallback is active (spill-over never starts a fallback: the fallback step does,
-    with its hysteresis), only for a class that may fall back, and only when the primary would start
-    it later than `after_s` (None: spill-over off). No ready primary replica is an infinite wait."""
-    return after_s is not None and fallback_active and eligible and start_wait_s > after_s
+    Only for a class that may fall back, and only when the primary would start it later than
+    `after_s` (None: spill-over off). No ready primary replica is an infinite wait."""
+    return after_s is not None and eligible and start_wait_s > after_s
 
 
 def queued_start_wait_s(waiting: int, running: int, slots: int, completions_per_s: float) -> float:

@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--priority-share", type=float, metavar="F",
                         help="share of requests in the priority class, which never falls back (default 0)")
     parser.add_argument("--fallback-spillover", type=float, metavar="F",
-                        help="while the fallback is active, also send an eligible request there when the primary "
-                             "would start it later than F x the SLO (per-request spill-over; default off)")
+                        help="also send an eligible request to the fallback, active or standing by, when the "
+                             "primary would start it later than F x the SLO (per-request spill-over; default off)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 

@@ -57,9 +57,9 @@ class FallbackRoute:
     policy: FallbackPolicy = FallbackPolicy()
     primary_plan: PoolPlan | None = None  # the primary's planning profile (capacity at the SLO)
     fallback_capacity_rps: float | None = None  # per fallback replica, at the SLO
-    # While the fallback is active, an eligible request the draw left on the primary goes to the
-    # fallback anyway when the primary's least-loaded replica would start it later than this share
-    # of the SLO (a gateway's per-request spill-over); None: the share alone decides.
+    # An eligible request the draw left on the primary goes to the fallback anyway when the primary's
+    # least-loaded replica would start it later than this share of the SLO, whether a fallback is active
+    # or not (a gateway's per-request spill-over); None: the share alone decides.
     spillover_wait_share: float | None = None
 
     def __post_init__(self) -> None:
@@ -266,11 +266,15 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
             # (read before `observe`, which starts the next tick's count).
             served = primary.tick_sent / tick_s
             observation = dataclasses.replace(primary.observe(now, tick_s, demand), served_rate_rps=served)
+            # While no fallback is active, what the fallback took is the gateway's spill-over: the live loop
+            # reads it from the pools' rates (scaling.fallbacks.decide).
+            spilled = fallback.tick_sent / (demand * tick_s) if share <= 0.0 and demand > 0.0 else None
             decision: FallbackDecision = fallback_step(
                 now, signals_of(observation), route.primary_plan, state, route.policy, demand_rps=demand,
                 eligible_share=eligible_share,
                 arriving_requested_at_s=tuple(r.requested_at for r in primary.replicas.starting),
-                fallback_capacity_rps=fallback.replicas.ready_count * route.fallback_capacity_rps)
+                fallback_capacity_rps=fallback.replicas.ready_count * route.fallback_capacity_rps,
+                routed_share=spilled)
             state, share = decision.state, decision.share
             if decision.event is not None:
                 events.append([round(now, 1), decision.event, "; ".join(decision.reasons)])
@@ -294,11 +298,10 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         route_sent += 1
         eligible = may_priority if priority[k] else may_standard
         pool = fallback if share > 0.0 and eligible and split_draw[k] < share else primary
-        # The replay knows the primary's schedule, so its wait is exact; the share and the class are
-        # checked first as well because the wait scans every replica.
-        if pool is primary and spill_after_s is not None and share > 0.0 and eligible and spills(
-                fallback_active=share > 0.0, eligible=eligible, start_wait_s=primary.earliest_start_s(now) - now,
-                after_s=spill_after_s):
+        # The replay knows the primary's schedule, so its wait is exact; the class is checked first as
+        # well because the wait scans every replica.
+        if pool is primary and spill_after_s is not None and eligible and spills(
+                eligible=eligible, start_wait_s=primary.earliest_start_s(now) - now, after_s=spill_after_s):
             pool = fallback
         if pool is fallback:
             served_by[k] = 1

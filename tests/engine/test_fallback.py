@@ -20,12 +20,13 @@ TICK = 15.0
 
 def inputs(now: float = 0.0, demand: float = 100.0, latency: float = 0.5, ready: int = 10, arriving: tuple = (),
            desired: int | None = None, max_replicas: int = 40, eligible: float = 1.0, queue_time: float = math.nan,
-           fallback_rps: float = math.inf, queue: float = 0.0) -> FallbackInputs:
+           fallback_rps: float = math.inf, queue: float = 0.0, routed: float | None = None) -> FallbackInputs:
     return FallbackInputs(now_s=now, demand_rps=demand, eligible_share=eligible, latency_s=latency,
                           queue_time_s=queue_time, slo_latency_s=1.0, ready_replicas=ready,
                           capacity_rps_per_replica=10.0, arriving_ready_at_s=arriving,
                           desired_replicas=ready + len(arriving) if desired is None else desired,
-                          max_replicas=max_replicas, fallback_capacity_rps=fallback_rps, queue_depth=queue)
+                          max_replicas=max_replicas, fallback_capacity_rps=fallback_rps, queue_depth=queue,
+                          routed_share=routed)
 
 
 def run(sequence: list[dict], policy: FallbackPolicy = POLICY, state: FallbackState | None = None):
@@ -62,6 +63,12 @@ SURGE = dict(demand=150.0, latency=2.0, arriving=(200.0,) * 5)  # 10 ready, 15 n
     ("the fallback's ready capacity caps the share", [dict(SURGE, fallback_rps=30.0)] * 3, ACTIVE, 30 / 150),
     ("a fallback with no ready capacity takes nothing", [dict(SURGE, fallback_rps=0.0)] * 3, INACTIVE, 0.0),
     ("no class may fall back (all priority): stays", [dict(SURGE, eligible=0.0)] * 3, INACTIVE, 0.0),
+    # The gateway's spill-over keeps the primary's latency fine while the fallback answers part of the route:
+    # the spill sends only the requests the primary would start late, a share would send others too.
+    ("the gateway spills with latency fine: no share by weight", [dict(SURGE, latency=0.5, routed=0.4)] * 3,
+     INACTIVE, 0.0),
+    ("the gateway spills and latency still breaks the SLO: the share moves", [dict(SURGE, routed=0.4)] * 3,
+     ACTIVE, 50 / 150),
 ])
 def test_entry(label, sequence, phase, share):
     last = run(sequence)[-1]
@@ -77,6 +84,16 @@ def test_entry_event_and_reasons_name_the_cause():
     assert "with 10 ready and 0 arriving within 15 s (15 needed for 150.0 req/s)" in decisions[-1].reasons[0]
     at_max = run([dict(demand=150.0, ready=10, max_replicas=10)])[-1]
     assert "at its maximum of 10 replicas" in at_max.reasons[0]
+
+
+def test_a_spill_with_no_fallback_active_is_named_in_the_decision():
+    (spilling,) = run([dict(SURGE, latency=0.5, routed=0.4)])
+    assert spilling.spilled_share == pytest.approx(0.4)
+    assert spilling.reasons == ("no overload; the gateway spilled 40% of the route's requests to the fallback, "
+                                "request by request (15 replicas needed for 150.0 req/s, 10 ready): "
+                                "no share moved by weight",)
+    (quiet,) = run([dict(routed=0.005)])
+    assert quiet.reasons == ("no overload",) and quiet.spilled_share == pytest.approx(0.005)
 
 
 def test_share_rises_with_the_overflow_and_does_not_fall_while_active():

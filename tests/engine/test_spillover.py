@@ -20,14 +20,12 @@ def test_a_bad_threshold_is_refused(share: float, slo: float, message: str) -> N
         spill_after_s(share, slo)
 
 
-def test_a_late_eligible_request_spills_only_while_the_fallback_is_active() -> None:
-    late = dict(start_wait_s=0.5, after_s=0.2)
-    assert spills(fallback_active=True, eligible=True, **late)
-    assert not spills(fallback_active=False, eligible=True, **late)  # spill-over never starts a fallback
-    assert not spills(fallback_active=True, eligible=False, **late)  # the priority class stays
-    assert not spills(fallback_active=True, eligible=True, start_wait_s=0.2, after_s=0.2)  # not later than
-    assert not spills(fallback_active=True, eligible=True, start_wait_s=0.5, after_s=None)  # off
-    assert spills(fallback_active=True, eligible=True, start_wait_s=math.inf, after_s=0.2)  # no ready replica
+def test_a_late_eligible_request_spills_with_or_without_an_active_fallback() -> None:
+    assert spills(eligible=True, start_wait_s=0.5, after_s=0.2)  # the gateway's rule: no fallback state in it
+    assert not spills(eligible=False, start_wait_s=0.5, after_s=0.2)  # the priority class stays
+    assert not spills(eligible=True, start_wait_s=0.2, after_s=0.2)  # not later than
+    assert not spills(eligible=True, start_wait_s=0.5, after_s=None)  # off
+    assert spills(eligible=True, start_wait_s=math.inf, after_s=0.2)  # no ready replica
 
 
 def test_a_replica_with_a_free_slot_and_no_queue_starts_at_once() -> None:

@@ -119,6 +119,17 @@ def test_no_shift_when_the_pool_already_carries_the_route(sandbox, pools, alice:
     assert prescale_shift.start_for(prescale.pk) is None and not TrafficShift.objects.exists()
 
 
+def test_a_fallback_pool_on_the_route_is_no_split_to_shift_from(sandbox, pools) -> None:  # noqa: ANN001, F811
+    """The headless demo's primary shares its route with its warm fallback: a pre-scale of either must not
+    start a shift between them (the sweep logged "already carries the traffic" every beat)."""
+    giving, receiving = pools
+    assert prescale_shift.giving_pool(receiving) == giving  # two pools on one route: a split
+    Pool.objects.filter(pk=receiving.pk).update(fallback_pool=giving)
+    receiving.refresh_from_db()
+    assert prescale_shift.giving_pool(receiving) is None
+    assert prescale_shift.giving_pool(giving) is None  # nor the other way
+
+
 def test_the_incident_page_offers_the_playbook_and_runs_steps_with_htmx(pools, alice: User, client) -> None:  # noqa: ANN001, F811
     giving, _ = pools
     playbook = playbooks.save(core.Actor(alice, Channel.API), giving.team, "surge", severities=["P1"], steps=[

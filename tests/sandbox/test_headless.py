@@ -51,6 +51,7 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
     report = json.loads(out.getvalue())  # stdout holds the JSON alone
     assert REPORT_KEYS <= report.keys()
     assert report["scenario"] == "surge-10x"
+    assert report["history"]["hours"] == 26.0 and "10x peak for 30 wall minutes" in report["history"]["yesterday"]
     assert report["requests"]["sent"] > 100 and report["requests"]["succeeded"] > 0
     assert 0.0 <= report["slo_attainment"] <= 1.0
     for series in ("ttft_ms", "e2e_ms"):
@@ -77,7 +78,8 @@ def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pyte
         assert activation["entered_s"] is not None
         assert activation["finished_s"] is None or activation["finished_s"] >= activation["entered_s"]
     assert [e["kind"] for e in fallback["events"]][:1] in ([], ["entered"])
-    assert (report["fallback_share"] > 0) <= bool(fallback["activations"])  # nothing reaches it unless diverted
+    # Nothing reaches it unless diverted by an activation's weights or spilled by the gateway.
+    assert (report["fallback_share"] > 0) <= bool(fallback["activations"] or fallback["spillover"]["spilled_requests"])
     assert fallback["spillover"]["after_s"] == pytest.approx(0.2)  # 0.2 x the 1-s TTFT SLO
     assert 0 <= fallback["spillover"]["spilled_requests"] <= fallback["requests"]
     assert report["second_tick_after_surge_s"] >= scenarios.SURGE_START_S
@@ -158,6 +160,21 @@ def test_the_headroom_run_spills_over_to_its_fallback_and_the_baseline_has_none(
     assert headless._sandbox_config(off, 5).spill_after_s is None
     with pytest.raises(ValueError, match="spill_after_s needs a fallback pool"):
         Sandbox(SandboxConfig(pools=1, scenario="idle", prometheus=False, spill_after_s=0.2))
+
+
+def test_only_the_headroom_run_gets_yesterdays_history_and_0_hours_is_none() -> None:
+    options = headless.HeadlessOptions()
+    ours = headless._sandbox_config(options, 5, options.history_hours)
+    assert ours.history_hours == 26.0 and ours.history_peak_factor == headless.YESTERDAY_PEAK_FACTOR
+    theirs = headless._sandbox_config(options, 0)  # keda-queue's run reads no history
+    assert theirs.history_hours == 0.0 and theirs.history_peak_factor == 0.0
+    unforeseen = headless._sandbox_config(dataclasses.replace(options, history_hours=0.0), 5, 0.0)
+    assert unforeseen.history_peak_factor == 0.0
+    # Rates alone: the live trace starts at its own start, not where a replayed history would end.
+    trace = Sandbox(dataclasses.replace(ours, prometheus=False)).trace
+    assert next(trace).t_s == next(scenarios.scenario_trace("surge-10x", 1)).t_s
+    with pytest.raises(ValueError, match="history_peak_factor must be 0"):
+        Sandbox(SandboxConfig(pools=1, scenario="idle", prometheus=False, history_peak_factor=-1.0))
 
 
 def test_the_warm_fallback_is_sized_to_take_the_surge_overflow(monkeypatch: pytest.MonkeyPatch) -> None:

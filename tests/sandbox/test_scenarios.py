@@ -67,3 +67,16 @@ def test_the_storys_yesterday_holds_the_peak_a_day_before_todays_per_wall_second
         assert story_history_rate(peak + 1800 + 60, 2.0, speed) == 2.0 * speed
         # No surge yesterday: today's is unforeseen.
         assert story_history_rate(STORY_SURGE_START_S / speed + 60 - DAY_S, 2.0, speed) == 2.0 * speed
+def test_the_headless_yesterday_holds_a_30_minute_peak_from_the_surges_onset_a_day_before() -> None:
+    """`manage.py demo --headless` backfills it: the loop forecasts the peak and proposes a pre-scale."""
+    from sandbox.scenarios import DAY_S, SURGE_START_S, surge_history_rate
+
+    for speed in (2.0, 4.0):
+        onset = SURGE_START_S / speed - DAY_S  # wall seconds from the start, a day ago
+        assert surge_history_rate(onset - 1, 2.0, speed, 10.0) == 2.0 * speed
+        assert surge_history_rate(onset, 2.0, speed, 10.0) == 2.0 * speed * 10.0
+        assert surge_history_rate(onset + 1799, 2.0, speed, 10.0) == 2.0 * speed * 10.0
+        assert surge_history_rate(onset + 1800, 2.0, speed, 10.0) == 2.0 * speed
+        assert surge_history_rate(SURGE_START_S / speed, 2.0, speed, 10.0) == 2.0 * speed  # today is not history
+
+

@@ -114,6 +114,31 @@ def test_capacity_arriving_in_time_keeps_the_traffic_home(sandbox, pools, policy
     assert "no overload" in FallbackPolicy.objects.get(pk=policy.pk).last_decision["reasons"][0]
 
 
+def test_the_gateways_spill_over_is_shown_on_the_pool_page_and_moves_no_weight(  # noqa: ANN001, F811
+        sandbox, pools, policy, alice: User, client) -> None:
+    """The gateway spills late requests to the standing-by fallback: the primary's latency stays fine while the
+    fallback model answers half the route. Headroom names it and leaves the weights to the gateway's rule."""
+    Pool.objects.filter(pk=pools[0].pk).update(max_replicas=8)
+    now = timezone.now()
+    feed(pools, now, primary_rps=30.0, fallback_rps=30.0, ttft_s=0.3)
+    assert fallbacks.tick(policy.pk, now=now) is None
+    assert _weights(sandbox[0]) == {GIVING: 100, RECEIVING: 0}
+    decision = FallbackPolicy.objects.get(pk=policy.pk).last_decision
+    assert decision["spilled_share"] == 0.5
+    assert "the gateway spilled 50% of the route's requests to the fallback" in decision["reasons"][0]
+    client.force_login(alice)
+    page = client.get(f"/pools/{pools[0].pk}/").content.decode()
+    assert 'id="spill-over"' in page and "<b>50 %</b>" in page
+    # Spill-over does not hide an overload it cannot absorb: latency over the SLO still moves a share.
+    for _ in range(3):
+        now += timedelta(seconds=15)
+        feed(pools, now, primary_rps=30.0, fallback_rps=30.0, ttft_s=2.0)
+        activation = fallbacks.tick(policy.pk, now=now)
+    assert activation is not None and activation.phase == FallbackPhase.ACTIVE
+    page = client.get(f"/pools/{pools[0].pk}/").content.decode()
+    assert 'id="spill-over"' not in page  # an active fallback's card says what it carries
+
+
 def test_entry_is_refused_while_a_shift_writes_the_route_and_a_shift_while_a_fallback_does(  # noqa: ANN001, F811
         sandbox, pools, policy, alice: User) -> None:  # noqa: F811
     kube, _ = sandbox

@@ -168,7 +168,7 @@ def test_while_the_fallback_takes_a_share_the_pool_plans_for_the_routes_rate_not
     read = {pool.pk: PoolSignals(pool=pool.name, **own), twin.pk: PoolSignals(pool=twin.name, **own),
             spare.pk: PoolSignals(pool=spare.name, request_rate_rps=fresh(20.0))}
     rates = loop._fallback_rates(list(pools.values()), read, now)
-    assert set(rates) == {pool.pk} and rates[pool.pk].value == 20.0  # only the pool whose route diverts
+    assert set(rates) == {pool.pk} and rates[pool.pk].value == 20.0  # only the pool that has a fallback
 
     diverted = loop.tick_pool(pools[pool.pk], read[pool.pk], now, fallback_rate=rates[pool.pk])
     alone = loop.tick_pool(pools[twin.pk], read[twin.pk], now)
@@ -185,3 +185,25 @@ def test_while_the_fallback_takes_a_share_the_pool_plans_for_the_routes_rate_not
     later = now.replace(minute=41)
     loop.tick_pool(pools[pool.pk], read[pool.pk], later, fallback_rate=Reading(None, None))
     assert SignalSample.objects.get(pool=pool, at=later).request_rate_rps is None
+
+
+def test_with_no_fallback_open_the_gateways_spill_over_is_demand_and_a_missing_reading_does_not_hold(
+        pool: Pool) -> None:
+    """The gateway spills late requests to the standing-by fallback before any tick sees a surge: what the
+    fallback pool answers is the pool's overflow. Its rate unknown, the pool plans on its own rate alone."""
+    from datetime import datetime, timezone as tz
+
+    from scaling.engine.signals import PoolSignals, Reading
+
+    now = datetime(2026, 11, 30, 11, 40, tzinfo=tz.utc)
+    fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731
+    spare = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
+                                deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4")
+    Pool.objects.filter(pk=pool.pk).update(fallback_pool=spare)
+    pools = list(Pool.objects.select_related("cluster", "team").filter(pk__in=[pool.pk, spare.pk]))
+    own = PoolSignals(pool=pool.name, request_rate_rps=fresh(5.0))
+    rates = loop._fallback_rates(pools, {pool.pk: own, spare.pk: PoolSignals(pool=spare.name,
+                                                                             request_rate_rps=fresh(6.0))}, now)
+    assert set(rates) == {pool.pk} and rates[pool.pk].value == 6.0
+    # The standing-by pool not read this tick nor ever before: left out, so the pool is not held for it.
+    assert loop._fallback_rates(pools, {pool.pk: own}, now) == {}

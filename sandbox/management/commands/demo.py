@@ -57,7 +57,8 @@ class Command(BaseCommand):
                                  "--headless: 4)")
         parser.add_argument("--history", type=float,
                             help="hours of the scenario's past to backfill into Prometheus first (daily needs 26; "
-                                 f"story: {story.HISTORY_HOURS:g} by default)")
+                                 f"story: {story.HISTORY_HOURS:g} by default; --headless: {headless.HISTORY_HOURS:g}, "
+                                 "yesterday's peak at the surge's hour, and 0 for none: the surge unforeseen)")
         parser.add_argument("--headless", action="store_true",
                             help="no web server: run a finite scenario, compare it with keda-queue, report JSON")
         parser.add_argument("--auto-approve-after-s", type=float,
@@ -148,8 +149,6 @@ class Command(BaseCommand):
                                f"(not {scenario})")
         if options["pools"] not in (None, 1):
             raise CommandError("--headless runs one pool: leave out --pools")
-        if options["history"]:
-            raise CommandError("--headless starts without history: leave out --history")
         wait_s = 60.0 if options["auto_approve_after_s"] is None else options["auto_approve_after_s"]
         if wait_s < 0:
             raise CommandError("--auto-approve-after-s must be 0 or more seconds")
@@ -158,7 +157,9 @@ class Command(BaseCommand):
         call_command("seed_demo", stdout=io.StringIO())  # the on-call approver and the ML Platform team
         run = headless.HeadlessOptions(scenario=scenario, speed=options["speed"] or 4.0, auto_approve_after_s=wait_s,
                                        team_slug=DEMO_TEAM, fallback=not options["no_fallback"],
-                                       spillover_wait_share=None if options["no_spillover"] else headless.SPILLOVER_WAIT_SHARE)
+                                       spillover_wait_share=None if options["no_spillover"] else headless.SPILLOVER_WAIT_SHARE,
+                                       history_hours=(headless.HISTORY_HOURS if options["history"] is None
+                                                      else options["history"]))
         try:
             report = headless.run(run, lambda line: self.stderr.write(line))
         except (ValueError, OSError, PrometheusError, RegistrationError, RuntimeError) as error:
