@@ -150,7 +150,8 @@ def live_view(incident: Incident, entries: list[Entry], now: datetime | None = N
     marks = markers(entries)
     series = {name: [(s.at, getattr(s, name)) for s in samples] for name in (
         "ttft_p95_s", "ttft_p99_s", "e2e_p95_s", "e2e_p99_s", "queue_depth", "request_rate_rps", "ready_replicas",
-        "desired_replicas", "target_replicas", "error_rate", "kv_cache_usage", "fallback_share")}
+        "desired_replicas", "target_replicas", "error_rate", "kv_cache_usage", "fallback_share",
+        "fallback_answered_share")}
     ttft_slo = _slo_s(pool, SloIndicator.TTFT_P95)
     view.verdict = trend(series["ttft_p95_s"], series["queue_depth"], ttft_slo, end)
     if incident.active:
@@ -209,8 +210,10 @@ def _health_charts(pool: Any, series: dict, common: dict) -> list[SafeString]:
                                                  _percent(series["kv_cache_usage"]), "teal")],
                    thresholds=[Threshold("full", 100.0, "gray")], **common),
         time_chart("Share of traffic on the fallback pool", "%",
-                   [Line("on the fallback", _percent(series["fallback_share"]), "orange")],
-                   note="the fallback backend's share of the route weight, as written and read back", **common),
+                   [Line("route weight on the fallback", _percent(series["fallback_share"]), "orange"),
+                    Line("requests the fallback answered", _percent(series["fallback_answered_share"]), "purple")],
+                   note="the weight Headroom wrote and read back, and the share the fallback model answered (the "
+                        "weight's, plus the gateway's per-request spill-over)", **common),
     ]
 
 

@@ -157,16 +157,16 @@ def decide(policy: FallbackPolicy, now: datetime, activation: FallbackActivation
                                 fallback_capacity_rps=fallback_capacity, ejected_replicas=breakers.ejected,
                                 breaker_open=breakers.failing,
                                 routed_share=(activation.route_percent / 100.0 if activation is not None
-                                              else spilled_share(*rates)))
+                                              else spilled_share(signals, fallback_signals)))
 
 
-def spilled_share(primary_rps: float | None, fallback_rps: float | None) -> float:
+def spilled_share(primary: PoolSignals, fallback: PoolSignals) -> float:
     """With no fallback open, the share of the route the fallback pool answered: the gateway's per-request
     spill-over (scaling.engine.spillover). A fallback pool serves its primary's route alone, so all it
     answers is the primary's overflow. 0 where either rate is unknown or nothing was sent."""
-    if primary_rps is None or fallback_rps is None or primary_rps + fallback_rps <= 0.0:
-        return 0.0
-    return max(0.0, fallback_rps) / (primary_rps + fallback_rps)
+    from scaling import loop  # the loop imports the services this module's callers use
+
+    return loop.answered_share(primary.request_rate_rps, fallback.request_rate_rps) or 0.0
 
 
 def route_percent_for(policy: FallbackPolicy, share: float) -> int:

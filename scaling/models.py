@@ -195,6 +195,9 @@ class SignalSample(models.Model):
     prefix_cache_hit_rate = models.FloatField(null=True)  # 0..1 of the prompt tokens queried
     # 0..1 of the pool's route weight on its fallback pool (an open activation's, as read back); 0 with none.
     fallback_share = models.FloatField(null=True)
+    # 0..1 of the route's requests its fallback pool answered, by the weights or the gateway's spill-over
+    # (the two pools' rates); None without a fallback pool or a known rate.
+    fallback_answered_share = models.FloatField(null=True)
     ready_replicas = models.IntegerField(null=True)
     desired_replicas = models.IntegerField(null=True)
     target_replicas = models.IntegerField(null=True)

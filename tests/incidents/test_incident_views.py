@@ -34,6 +34,8 @@ def incident(pool: Pool) -> Incident:
                                     ttft_p95_s=1.1 + i * 0.05, e2e_p95_s=3.0, ttft_p99_s=1.8 + i * 0.1, e2e_p99_s=4.5,
                                     error_rate=None if 10 <= i < 14 else 0.01 + i * 0.001,
                                     kv_cache_usage=min(1.0, 0.5 + i * 0.02), fallback_share=0.25 if i >= 20 else 0.0,
+                                    # The gateway spilled before the weights moved: the fallback answered more.
+                                    fallback_answered_share=0.3 if i >= 20 else (0.1 if i >= 15 else 0.0),
                                     ready_replicas=2, desired_replicas=4, target_replicas=6)
     PlannerMemory.objects.filter(pool=pool).update(
         seasonal_forecast={"made_at": start.isoformat(), "expected": 30.0, "p90": 45.0},
@@ -216,12 +218,13 @@ def test_the_view_charts_p99_errors_kv_cache_and_fallback_share_from_the_stored_
     kv = chart(page, "KV cache in use")
     assert "(mean over ready replicas)</span> <b>100 %</b>" in kv and kv.count('<polyline class="line tone-teal"') == 1
     fallback = chart(page, "Share of traffic on the fallback pool")
-    assert "on the fallback</span> <b>25 %</b>" in fallback and "as written and read back" in fallback
+    assert "route weight on the fallback</span> <b>25 %</b>" in fallback and "wrote and read back" in fallback
+    assert "requests the fallback answered</span> <b>30 %</b>" in fallback and "spill-over" in fallback
 
 
 def test_samples_stored_before_the_new_columns_chart_as_no_data(client, incident: Incident, alice: User) -> None:  # noqa: ANN001
     SignalSample.objects.filter(pool=incident.pool).update(error_rate=None, kv_cache_usage=None, fallback_share=None,
-                                                            ttft_p99_s=None)
+                                                            fallback_answered_share=None, ttft_p99_s=None)
     client.force_login(alice)
     page = client.get(f"/incidents/{incident.pk}/").content.decode()
     for title in ("Error rate", "KV cache in use", "Share of traffic on the fallback pool"):

@@ -205,5 +205,13 @@ def test_with_no_fallback_open_the_gateways_spill_over_is_demand_and_a_missing_r
     rates = loop._fallback_rates(pools, {pool.pk: own, spare.pk: PoolSignals(pool=spare.name,
                                                                              request_rate_rps=fresh(6.0))}, now)
     assert set(rates) == {pool.pk} and rates[pool.pk].value == 6.0
+    # The tick plans on 11 req/s and keeps the share the fallback answered beside the weight's 0 (the charts').
+    primary = Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules").get(pk=pool.pk)
+    loop.tick_pool(primary, own, now, fallback_rate=rates[pool.pk])
+    sample = SignalSample.objects.get(pool=pool, at=now)
+    assert (sample.request_rate_rps, sample.fallback_share, sample.fallback_answered_share) == (11.0, 0.0, 0.5455)
     # The standing-by pool not read this tick nor ever before: left out, so the pool is not held for it.
     assert loop._fallback_rates(pools, {pool.pk: own}, now) == {}
+    later = now.replace(minute=41)
+    loop.tick_pool(primary, own, later)
+    assert SignalSample.objects.get(pool=pool, at=later).fallback_answered_share is None
