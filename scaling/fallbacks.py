@@ -164,9 +164,7 @@ def spilled_share(primary: PoolSignals, fallback: PoolSignals) -> float:
     """With no fallback open, the share of the route the fallback pool answered: the gateway's per-request
     spill-over (scaling.engine.spillover). A fallback pool serves its primary's route alone, so all it
     answers is the primary's overflow. 0 where either rate is unknown or nothing was sent."""
-    from scaling import loop  # the loop imports the services this module's callers use
-
-    return loop.answered_share(primary.request_rate_rps, fallback.request_rate_rps) or 0.0
+    return engine.answered_share(primary.request_rate_rps, fallback.request_rate_rps) or 0.0
 
 
 def route_percent_for(policy: FallbackPolicy, share: float) -> int:

@@ -332,15 +332,6 @@ SAMPLED_SIGNALS = ("request_rate_rps", "queue_depth", "ttft_p95_s", "e2e_p95_s",
                    "error_rate", "kv_cache_usage", "prefix_cache_hit_rate")
 
 
-def answered_share(own: Reading, fallback_rate: Reading | None) -> float | None:
-    """The share of the route's requests the fallback pool answered (its rate over both), rounded; None
-    without a fallback rate or with either unknown or nothing sent."""
-    if fallback_rate is None or not (own.is_known and fallback_rate.is_known):
-        return None
-    total = float(own.value) + float(fallback_rate.value)  # type: ignore[arg-type]
-    return round(max(0.0, float(fallback_rate.value)) / total, 4) if total > 0 else None  # type: ignore[arg-type]
-
-
 def fallback_share(pool: Pool) -> float:
     """The share of the pool's route weight on its fallback pool, as last written and read back: 0 with
     no open activation (a fact, not an unknown: nothing is sent to the fallback)."""
@@ -380,7 +371,8 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Re
                  for name, reading in planned.readings().items() if name in SAMPLED_SIGNALS}
         SignalSample.objects.create(
             pool=pool, at=now, **known, fallback_share=fallback_share(pool),
-            fallback_answered_share=answered_share(signals.request_rate_rps, fallback_rate),
+            fallback_answered_share=(None if fallback_rate is None
+                                     else fallback_engine.answered_share(signals.request_rate_rps, fallback_rate)),
             ready_replicas=decision.ready_replicas, desired_replicas=decision.current_replicas,
             target_replicas=decision.target_replicas,
         )

@@ -440,3 +440,14 @@ def with_route_demand(primary: PoolSignals, fallback_rate: Reading) -> PoolSigna
         return replace(primary, request_rate_rps=Reading(None, own.age_s))
     return replace(primary, request_rate_rps=Reading(float(own.value) + float(fallback_rate.value),  # type: ignore[arg-type]
                                                      max(own.age_s or 0.0, fallback_rate.age_s or 0.0)))
+
+
+def answered_share(primary_rate: Reading, fallback_rate: Reading) -> float | None:
+    """The share of the route's requests the fallback pool answered: its rate over both pools', rounded
+    (the weights' share and the gateway's spill-over together). None with either rate unknown or
+    nothing sent."""
+    if not (primary_rate.is_known and fallback_rate.is_known):
+        return None
+    fallback = max(0.0, float(fallback_rate.value))  # type: ignore[arg-type]
+    total = max(0.0, float(primary_rate.value)) + fallback  # type: ignore[arg-type]
+    return round(fallback / total, 4) if total > 0 else None

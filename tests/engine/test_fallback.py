@@ -416,3 +416,12 @@ def test_the_route_demand_adds_the_fallbacks_rate_as_old_as_the_older_and_unknow
     assert not f.with_route_demand(primary, Reading(16.0, 200.0)).request_rate_rps.is_known  # a stale fallback
     assert not f.with_route_demand(replace(primary, request_rate_rps=Reading(math.nan, 5.0)),
                                    Reading(16.0, 5.0)).request_rate_rps.is_known
+
+
+def test_the_answered_share_is_the_fallbacks_rate_over_both_and_unknown_stays_unknown() -> None:
+    known = lambda value: Reading(value, 0.0)  # noqa: E731
+    assert f.answered_share(known(5.0), known(6.0)) == 0.5455
+    assert f.answered_share(known(5.0), known(0.0)) == 0.0
+    assert f.answered_share(known(0.0), known(0.0)) is None  # nothing sent: no share
+    assert f.answered_share(Reading(None, None), known(6.0)) is None
+    assert f.answered_share(known(5.0), Reading(None, 30.0)) is None
