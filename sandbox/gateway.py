@@ -14,8 +14,9 @@ fallback (a production route gives it a rule of its own, e.g. matched on that he
 alone). With `spill_after_s` it spills over per request, at any weights (the fallback's 0 included, as
 an inference gateway falls back on a per-request timeout): an eligible request the weights left on a
 primary whose chosen replica would start it more than `spill_after_s` model seconds late goes to the
-fallback's least-loaded replica instead (`scaling.engine.spillover`, the replay's rule). The wait is estimated from the replica's waiting and
-running requests and its full-batch completion rate, as vLLM exports them.
+fallback's least-loaded replica instead (`scaling.engine.spillover`, the replay's rule). The wait is
+estimated from the replica's waiting and running requests and its full-batch completion rate, as vLLM
+exports them.
 """
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ import re
 import resource
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from scaling.sim.profiles import PROFILES, PoolProfile
