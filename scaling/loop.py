@@ -451,10 +451,11 @@ def _fallback_rates(cluster_pools: list[Pool], signals: dict[int, PoolSignals], 
         pool__in=read, phase__in=list(FALLBACK_OPEN_PHASES)).select_related("fallback_pool")}
     rates = {}
     for pool in read:
-        spare = open_to.get(pool.pk) or (pool.fallback_pool if pool.fallback_pool_id is not None else None)
-        if spare is None:
+        spare_id = open_to[pool.pk].pk if pool.pk in open_to else pool.fallback_pool_id
+        if spare_id is None:
             continue
-        rate = (signals.get(spare.pk) or pool_signals(spare, now)).request_rate_rps
+        # Read with this cluster as a rule: the fallback pool's row is loaded only when it was not.
+        rate = (signals.get(spare_id) or pool_signals(open_to.get(pool.pk) or pool.fallback_pool, now)).request_rate_rps
         if pool.pk in open_to or rate.is_known:
             rates[pool.pk] = rate
     return rates
