@@ -260,15 +260,15 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         for pool in pools:
             pool.promote(now, origin, outputs_minus_one, ttft, e2e)
         if now >= next_tick:
-            demand = route_sent / tick_s
-            route_sent = 0
+            sent, route_sent = route_sent, 0
+            demand = sent / tick_s
             # The primary's policy plans for the route's demand and learns its capacity from what it was sent
             # (read before `observe`, which starts the next tick's count).
             served = primary.tick_sent / tick_s
             observation = dataclasses.replace(primary.observe(now, tick_s, demand), served_rate_rps=served)
             # While no fallback is active, what the fallback took is the gateway's spill-over: the live loop
             # reads it from the pools' rates (scaling.fallbacks.decide).
-            spilled = fallback.tick_sent / (demand * tick_s) if share <= 0.0 and demand > 0.0 else None
+            spilled = fallback.tick_sent / sent if share <= 0.0 and sent else None
             decision: FallbackDecision = fallback_step(
                 now, signals_of(observation), route.primary_plan, state, route.policy, demand_rps=demand,
                 eligible_share=eligible_share,
