@@ -383,15 +383,56 @@ def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str, seed_peak_rps: 
                         warm_pct / 100.0, seed_peak_rps)
 
 
+@dataclass
+class DecisionLog:
+    """Every decision of one replay: (time, what the policy observed, the replicas it asked for)."""
+
+    calls: list[tuple[float, Observation, int]] = field(default_factory=list)
+
+
+class Logged:
+    """A policy whose decisions are kept in a `DecisionLog`."""
+
+    def __init__(self, policy: Any, log: DecisionLog) -> None:
+        self.policy, self.log = policy, log
+        self.name, self.tick_s, self.observes_latency = policy.name, policy.tick_s, getattr(policy, "observes_latency", False)
+
+    def new_state(self) -> Any:
+        return self.policy.new_state()
+
+    def decide(self, now: float, observation: Observation, state: Any) -> int:
+        replicas = self.policy.decide(now, observation, state)
+        self.log.calls.append((now, observation, replicas))
+        return replicas
+
+
+def decides_alike(policy: Any, log: DecisionLog) -> bool:
+    """Whether `policy`, fed the logged observations, asks for the logged replicas at every tick.
+
+    A replay is its policy's decisions and nothing else (the pool, its cold starts and the traffic are
+    the same for every size): a policy that asks for the same replicas at every tick of another's
+    replay sees the same observations and so replays to the same result, to the bit. Deciding costs
+    less than half of a replay, so a size whose floor never changes a decision (small sizes of a pool
+    that never runs that low) is checked instead of replayed."""
+    state = policy.new_state()
+    try:
+        return all(policy.decide(now, observation, state) == replicas for now, observation, replicas in log.calls)
+    except ForecastsDiverged:
+        return False
+
+
 def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: float, peak_basis: str = "forecast",
             progress: Callable[[float, float], None] | None = None, mode: str = "fluid",
             seed_peak_rps: float = 0.0, route: FallbackRoute | None = None, base_warm_pct: float = 0.0,
-            forecasts: SharedForecasts | None = None) -> SimResult:
+            forecasts: SharedForecasts | None = None, log: DecisionLog | None = None) -> SimResult:
     """One size. With `forecasts` reading a recording, a replay whose arrivals turn out not to be the
-    recorded ones is replayed again with its own forecasts."""
+    recorded ones is replayed again with its own forecasts. `log` (fluid mode) keeps every decision."""
     if forecasts is not None and (route is not None or mode != "fluid"):
         forecasts = None  # only fluid mode observes the same arrivals at every size, to the bit
-    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct, forecasts)
+    policy: Any = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct, forecasts)
+    if log is not None and route is None and mode == "fluid":
+        log.calls.clear()
+        policy = Logged(policy, log)
     if route is not None:
         return run_route_mode(workload, config, policy, route, progress)
     if mode == "request":
@@ -402,7 +443,7 @@ def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: flo
         if forecasts is None or forecasts.recording:
             raise
         return _replay(workload, config, plan, warm_pct, peak_basis, progress, mode, seed_peak_rps, route,
-                       base_warm_pct)
+                       base_warm_pct, log=log)
 
 
 def fallback_route(spec: ReportSpec, config: SimConfig, plan: PoolPlan, workload: Workload,
@@ -471,13 +512,19 @@ def _size_result(warm_pct: float, result: SimResult, series: MinuteSeries, spec:
 Job = tuple[Workload, ReportSpec, PoolPlan, float, FallbackRoute | None, SharedForecasts | None]
 
 
-def _replay_size(job: Job, progress: Callable[[float, float], None] | None = None) -> tuple[SimResult, MinuteSeries]:
+def _replay_size(job: Job, progress: Callable[[float, float], None] | None = None,
+                 log: DecisionLog | None = None) -> tuple[SimResult, MinuteSeries]:
     """One size, start to finish (a top-level function so a process pool can run it)."""
     workload, spec, plan, warm_pct, route, forecasts = job
     result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis, progress, mode=spec.mode,
                      seed_peak_rps=spec.day_peak_seed_rps, route=route, base_warm_pct=spec.base_warm_pct,
-                     forecasts=forecasts)
+                     forecasts=forecasts, log=log)
     return result, _minute_series(result, spec.warmup_s, workload.span_s)
+
+
+def _size_policy(job: Job) -> Any:
+    workload, spec, plan, warm_pct, route, forecasts = job
+    return policy_for(plan, warm_pct, spec.peak_basis, spec.day_peak_seed_rps, spec.base_warm_pct, forecasts)
 
 
 def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None = None,
@@ -516,14 +563,27 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
     shared = SharedForecasts() if share_forecasts and spec.mode == "fluid" else None
     jobs: list[Job] = [(workload, spec, plan, size, route if on_fallback else None, None if on_fallback else shared)
                        for size, on_fallback in replays]
+    # The sizes without the fallback, ascending: while each decides alike with the last one replayed,
+    # it has that one's outcome (`decides_alike`); after the first that does not, the rest are replayed.
+    log = DecisionLog() if shared is not None else None
+    checking = log is not None
+    replayed: tuple[SimResult, MinuteSeries] | None = None
     for number, (key, job) in enumerate(zip(replays, jobs)):
-        if workers > 1 and (shared is None or not shared.recording):
+        if workers > 1 and (shared is None or not shared.recording) and not checking:
             break  # the rest in parallel, once the first size has recorded the forecasts
 
         def within(done_s: float, total_s: float, number: int = number) -> None:
             report_progress((done_before + number + done_s / max(total_s, 1.0)) / steps)
 
-        outcomes[key] = _replay_size(job, within)
+        if checking and replayed is not None:
+            checking = not key[1] and decides_alike(_size_policy(job), log)  # type: ignore[arg-type]
+            if checking:
+                outcomes[key] = replayed
+                report_progress((done_before + number + 1) / steps)
+                continue
+            if workers > 1:
+                break
+        outcomes[key] = replayed = _replay_size(job, within, log if checking else None)
         if job[5] is not None:
             job[5].recording = False  # recorded: the next sizes read it
         report_progress((done_before + number + 1) / steps)

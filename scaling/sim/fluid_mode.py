@@ -122,19 +122,37 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
         # keeps 1/n of its excess burstiness per replica (thinning: c^2 = 1 + (c_pool^2 - 1) / n).
         return (1.0 + (pool_scv - 1.0) / max(ready_now, 1) + scv) / 2
 
+    # The window's steps with first-try requests, as rows of TTFT_POINTS: their TTFT points, queue times
+    # and weights. A step's inputs are final once the loop has passed it, so each step's rows are made
+    # once, by the first tick whose window holds it, and kept while later windows hold it (a tick's
+    # window overlaps the last one's by three quarters).
+    window = {"step": np.empty(0, dtype=np.int64), "ttft": np.empty((0, TTFT_POINTS)),
+              "queue": np.empty((0, TTFT_POINTS)), "weight": np.empty((0, TTFT_POINTS)), "upto": 0}
+
     def window_latency(t: int) -> tuple[float, float, float, float]:
         """TTFT p95, p99 and queue-time p95, p99 of the last minute's steps (NaN: no request)."""
         lo = max(0, t - window_steps)
-        first = np.asarray(served_first_try[lo:t])
-        active = first > 0
-        if not active.any():
+        kept = int(np.searchsorted(window["step"], lo))
+        start = max(lo, window["upto"])
+        if start < t:
+            first = np.asarray(served_first_try[start:t])
+            active = np.flatnonzero(first > 0)
+            columns = [np.asarray(column[start:t])[active] for column in (backlog_wait, load, service, itl_at, variability)]
+            waits = _waits(*columns)
+            added = {"step": active + start, "ttft": _ttft_points(waits, prompt_levels, profile.prefill_tokens_per_s),
+                     "queue": waits - columns[3][:, None],
+                     "weight": np.broadcast_to((first[active] / TTFT_POINTS)[:, None], waits.shape)}
+            for key, rows in added.items():
+                window[key] = np.concatenate((window[key][kept:], rows))
+            window["upto"] = t
+        elif kept:
+            for key in ("step", "ttft", "queue", "weight"):
+                window[key] = window[key][kept:]
+        if not len(window["step"]):
             return math.nan, math.nan, math.nan, math.nan
-        columns = [np.asarray(column[lo:t])[active] for column in (backlog_wait, load, service, itl_at, variability)]
-        waits = _waits(*columns)
-        points = _ttft_points(waits, prompt_levels, profile.prefill_tokens_per_s)
-        weights = np.repeat(first[active] / TTFT_POINTS, TTFT_POINTS)
-        p95, p99 = weighted_quantiles(points.ravel(), (0.95, 0.99), weights)
-        q95, q99 = weighted_quantiles((waits - columns[3][:, None]).ravel(), (0.95, 0.99), weights)
+        weights = window["weight"].ravel()
+        p95, p99 = weighted_quantiles(window["ttft"].ravel(), (0.95, 0.99), weights)
+        q95, q99 = weighted_quantiles(window["queue"].ravel(), (0.95, 0.99), weights)
         return p95, p99, q95, q99
     decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
     ready = replicas.ready_count

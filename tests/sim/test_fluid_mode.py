@@ -43,15 +43,15 @@ def test_it_reports_no_latency_without_traffic_or_to_a_policy_that_does_not_read
 
 
 def test_a_ticks_latency_percentiles_are_the_bucketed_ones():
-    """Few points (a tick's window) sum only the buckets between their smallest and largest (or, spread too
-    far, only those they fill): the same 0.1 % buckets come back."""
+    """Few points (a tick's window) sum only the buckets they fill: the same 0.1 % buckets come back as
+    from a cumulative sum over every bucket, ties decided by the same float additions."""
     from scaling.sim import result
 
     rng = np.random.default_rng(11)
     for _ in range(200):
         n = int(rng.integers(1, 500))
         values = rng.lognormal(-1, 1.2, n)
-        if rng.random() < 0.2:  # a point so far out that the buckets are too many to count directly
+        if rng.random() < 0.2:  # a point far out: thousands of empty buckets between
             values[int(rng.integers(0, n))] = 1e30
         # Fluid mode weighs each step's points alike: equal weights, where a float's rounding decides ties.
         weights = np.repeat(rng.random(n // 8 + 1), 8)[:n] * (rng.random(n) > 0.2)
