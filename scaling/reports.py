@@ -27,10 +27,10 @@ import numpy as np
 
 from scaling.engine.planner import PoolPlan
 from scaling.sim.config import ColdStart, SimConfig
-from scaling.sim.fluid_mode import run_fluid_mode
+from scaling.sim.fluid_mode import Fork, resume_fluid_mode, run_fluid_mode, run_fluid_with_shadows
 from scaling.sim.policies.base import Observation
-from scaling.sim.policies.headroom import (ForecastsDiverged, HeadroomPolicy, SharedForecasts, measured_capacity_rps,
-                                           pool_plan_for)
+from scaling.sim.policies.headroom import (ForecastReader, ForecastsDiverged, HeadroomPolicy, SharedForecasts,
+                                           measured_capacity_rps, pool_plan_for)
 from scaling.engine.fallback import FallbackPolicy
 from scaling.sim.profiles import PoolProfile
 from scaling.sim.request_mode import run_request_mode
@@ -374,7 +374,8 @@ class DayPeakFloor:
 
 
 def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str, seed_peak_rps: float = 0.0,
-               base_warm_pct: float = 0.0, forecasts: SharedForecasts | None = None) -> HeadroomPolicy | DayPeakFloor:
+               base_warm_pct: float = 0.0, forecasts: SharedForecasts | ForecastReader | None = None
+               ) -> HeadroomPolicy | DayPeakFloor:
     if peak_basis not in PEAK_BASES:
         raise ReportInputError(f"peak: {peak_basis!r} is not one of {', '.join(PEAK_BASES)}")
     if peak_basis == "forecast":
@@ -383,56 +384,15 @@ def policy_for(plan: PoolPlan, warm_pct: float, peak_basis: str, seed_peak_rps: 
                         warm_pct / 100.0, seed_peak_rps)
 
 
-@dataclass
-class DecisionLog:
-    """Every decision of one replay: (time, what the policy observed, the replicas it asked for)."""
-
-    calls: list[tuple[float, Observation, int]] = field(default_factory=list)
-
-
-class Logged:
-    """A policy whose decisions are kept in a `DecisionLog`."""
-
-    def __init__(self, policy: Any, log: DecisionLog) -> None:
-        self.policy, self.log = policy, log
-        self.name, self.tick_s, self.observes_latency = policy.name, policy.tick_s, getattr(policy, "observes_latency", False)
-
-    def new_state(self) -> Any:
-        return self.policy.new_state()
-
-    def decide(self, now: float, observation: Observation, state: Any) -> int:
-        replicas = self.policy.decide(now, observation, state)
-        self.log.calls.append((now, observation, replicas))
-        return replicas
-
-
-def decides_alike(policy: Any, log: DecisionLog) -> bool:
-    """Whether `policy`, fed the logged observations, asks for the logged replicas at every tick.
-
-    A replay is its policy's decisions and nothing else (the pool, its cold starts and the traffic are
-    the same for every size): a policy that asks for the same replicas at every tick of another's
-    replay sees the same observations and so replays to the same result, to the bit. Deciding costs
-    less than half of a replay, so a size whose floor never changes a decision (small sizes of a pool
-    that never runs that low) is checked instead of replayed."""
-    state = policy.new_state()
-    try:
-        return all(policy.decide(now, observation, state) == replicas for now, observation, replicas in log.calls)
-    except ForecastsDiverged:
-        return False
-
-
 def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: float, peak_basis: str = "forecast",
             progress: Callable[[float, float], None] | None = None, mode: str = "fluid",
             seed_peak_rps: float = 0.0, route: FallbackRoute | None = None, base_warm_pct: float = 0.0,
-            forecasts: SharedForecasts | None = None, log: DecisionLog | None = None) -> SimResult:
+            forecasts: SharedForecasts | None = None) -> SimResult:
     """One size. With `forecasts` reading a recording, a replay whose arrivals turn out not to be the
-    recorded ones is replayed again with its own forecasts. `log` (fluid mode) keeps every decision."""
+    recorded ones is replayed again with its own forecasts."""
     if forecasts is not None and (route is not None or mode != "fluid"):
         forecasts = None  # only fluid mode observes the same arrivals at every size, to the bit
-    policy: Any = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct, forecasts)
-    if log is not None and route is None and mode == "fluid":
-        log.calls.clear()
-        policy = Logged(policy, log)
+    policy = policy_for(plan, warm_pct, peak_basis, seed_peak_rps, base_warm_pct, forecasts)
     if route is not None:
         return run_route_mode(workload, config, policy, route, progress)
     if mode == "request":
@@ -443,7 +403,7 @@ def _replay(workload: Workload, config: SimConfig, plan: PoolPlan, warm_pct: flo
         if forecasts is None or forecasts.recording:
             raise
         return _replay(workload, config, plan, warm_pct, peak_basis, progress, mode, seed_peak_rps, route,
-                       base_warm_pct, log=log)
+                       base_warm_pct)
 
 
 def fallback_route(spec: ReportSpec, config: SimConfig, plan: PoolPlan, workload: Workload,
@@ -512,19 +472,48 @@ def _size_result(warm_pct: float, result: SimResult, series: MinuteSeries, spec:
 Job = tuple[Workload, ReportSpec, PoolPlan, float, FallbackRoute | None, SharedForecasts | None]
 
 
-def _replay_size(job: Job, progress: Callable[[float, float], None] | None = None,
-                 log: DecisionLog | None = None) -> tuple[SimResult, MinuteSeries]:
+def _replay_size(job: Job, progress: Callable[[float, float], None] | None = None) -> tuple[SimResult, MinuteSeries]:
     """One size, start to finish (a top-level function so a process pool can run it)."""
     workload, spec, plan, warm_pct, route, forecasts = job
     result = _replay(workload, _config(spec), plan, warm_pct, spec.peak_basis, progress, mode=spec.mode,
                      seed_peak_rps=spec.day_peak_seed_rps, route=route, base_warm_pct=spec.base_warm_pct,
-                     forecasts=forecasts, log=log)
+                     forecasts=forecasts)
     return result, _minute_series(result, spec.warmup_s, workload.span_s)
 
 
-def _size_policy(job: Job) -> Any:
-    workload, spec, plan, warm_pct, route, forecasts = job
-    return policy_for(plan, warm_pct, spec.peak_basis, spec.day_peak_seed_rps, spec.base_warm_pct, forecasts)
+ForkJob = tuple[Workload, ReportSpec, PoolPlan, float, Fork]
+
+
+def _resume_size(job: ForkJob, progress: Callable[[float, float], None] | None = None) -> tuple[SimResult, MinuteSeries]:
+    """The rest of a size forked from the first size's replay (`replay_sizes`); a top-level function for a
+    process pool. Should its arrivals not be the recorded ones after all, it is replayed alone."""
+    workload, spec, plan, warm_pct, fork = job
+    try:
+        result = resume_fluid_mode(workload, _config(spec), fork, progress, misses_by_minute=True)
+    except ForecastsDiverged:
+        return _replay_size((workload, spec, plan, warm_pct, None, None), progress)
+    return result, _minute_series(result, spec.warmup_s, workload.span_s)
+
+
+def replay_sizes(workload: Workload, spec: ReportSpec, plan: PoolPlan, sizes: Sequence[float],
+                 progress: Callable[[float, float], None] | None = None
+                 ) -> tuple[tuple[SimResult, MinuteSeries], list[ForkJob | None]]:
+    """Fluid mode's sizes in one replay: the first size's, every other size deciding alongside it on what it
+    observes (`run_fluid_with_shadows`), with the forecasts computed once for all (`SharedForecasts`).
+    Returns the first size's outcome and, for each other size, None where it decided alike throughout
+    (the same outcome, to the bit), else the job that finishes its replay from where it first differed."""
+    shared = SharedForecasts()
+    first, others = sizes[0], sizes[1:]
+
+    def policy(size: float, forecasts: SharedForecasts | ForecastReader) -> Any:
+        return policy_for(plan, size, spec.peak_basis, spec.day_peak_seed_rps, spec.base_warm_pct, forecasts)
+
+    result, forks = run_fluid_with_shadows(workload, _config(spec), policy(first, shared),
+                                           [policy(size, shared.reader()) for size in others], progress,
+                                           misses_by_minute=True)
+    shared.recording = False
+    jobs = [None if fork is None else (workload, spec, plan, size, fork) for size, fork in zip(others, forks)]
+    return (result, _minute_series(result, spec.warmup_s, workload.span_s)), jobs
 
 
 def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None = None,
@@ -532,9 +521,10 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
                fallback_capacity_rps: float | None = None, share_forecasts: bool = True) -> Report:
     """Replay every size (and, when the pool has a fallback model, every size with it) and assemble
     the report. `plan` and `fallback_capacity_rps` skip the load tests (tests); `workers` > 1 replays in parallel processes
-    (progress then moves once per finished replay). With `share_forecasts` the first size records the
-    decide step's forecasts and the other sizes of fluid mode read them (`SharedForecasts`: the same
-    decisions, the forecasts computed once instead of once per size)."""
+    (progress then moves once per finished replay). With `share_forecasts`, fluid mode's sizes are replayed
+    together (`replay_sizes`): the forecasts computed once for all, and the stretch of the replay in which
+    a size decides as the first one does replayed once; without it each size is replayed alone (tests
+    compare the two, to the bit)."""
     started = time.perf_counter()
     if workload.span_s <= spec.warmup_s + RATE_BIN_S:
         raise ReportInputError(f"the traffic lasts {workload.span_s:.0f} s: too short for a "
@@ -560,39 +550,37 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
         report_progress((steps - len(replays)) / steps)
     done_before = steps - len(replays)
     outcomes: dict[tuple[float, bool], tuple[SimResult, MinuteSeries]] = {}
-    shared = SharedForecasts() if share_forecasts and spec.mode == "fluid" else None
-    jobs: list[Job] = [(workload, spec, plan, size, route if on_fallback else None, None if on_fallback else shared)
-                       for size, on_fallback in replays]
-    # The sizes without the fallback, ascending: while each decides alike with the last one replayed,
-    # it has that one's outcome (`decides_alike`); after the first that does not, the rest are replayed.
-    log = DecisionLog() if shared is not None else None
-    checking = log is not None
-    replayed: tuple[SimResult, MinuteSeries] | None = None
-    for number, (key, job) in enumerate(zip(replays, jobs)):
-        if workers > 1 and (shared is None or not shared.recording) and not checking:
-            break  # the rest in parallel, once the first size has recorded the forecasts
+    # Each replay left, as (key, a top-level function, its job); those forked from the first size first.
+    left: list[tuple[tuple[float, bool], Callable[..., tuple[SimResult, MinuteSeries]], Any]] = []
+    if share_forecasts and spec.mode == "fluid":
+        def first_size(done_s: float, total_s: float) -> None:
+            report_progress((done_before + done_s / max(total_s, 1.0)) / steps)
 
-        def within(done_s: float, total_s: float, number: int = number) -> None:
-            report_progress((done_before + number + done_s / max(total_s, 1.0)) / steps)
-
-        if checking and replayed is not None:
-            checking = not key[1] and decides_alike(_size_policy(job), log)  # type: ignore[arg-type]
-            if checking:
-                outcomes[key] = replayed
-                report_progress((done_before + number + 1) / steps)
-                continue
-            if workers > 1:
-                break
-        outcomes[key] = replayed = _replay_size(job, within, log if checking else None)
-        if job[5] is not None:
-            job[5].recording = False  # recorded: the next sizes read it
-        report_progress((done_before + number + 1) / steps)
-    if len(outcomes) < len(replays):
-        left = [(key, job) for key, job in zip(replays, jobs) if key not in outcomes]
+        outcomes[(sizes[0], False)], forks = replay_sizes(workload, spec, plan, sizes, first_size)
+        for size, fork in zip(sizes[1:], forks):
+            if fork is None:
+                outcomes[(size, False)] = outcomes[(sizes[0], False)]
+            else:
+                left.append(((size, False), _resume_size, fork))
+        report_progress((done_before + len(outcomes)) / steps)
+    else:
+        left += [((size, False), _replay_size, (workload, spec, plan, size, None, None)) for size in sizes]
+    left += [((size, True), _replay_size, (workload, spec, plan, size, route, None)) for size in sizes if with_fallback]
+    if workers > 1 and len(left) > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for (key, _), outcome in zip(left, pool.map(_replay_size, [job for _, job in left])):
-                outcomes[key] = outcome
+            futures = [(key, pool.submit(function, job)) for key, function, job in left]
+            for key, future in futures:
+                outcomes[key] = future.result()
                 report_progress((done_before + len(outcomes)) / steps)
+    else:
+        for key, function, job in left:
+            done = len(outcomes)
+
+            def within(done_s: float, total_s: float, done: int = done) -> None:
+                report_progress((done_before + done + done_s / max(total_s, 1.0)) / steps)
+
+            outcomes[key] = function(job, within)
+            report_progress((done_before + len(outcomes)) / steps)
     rows = [_size_result(size, *outcomes[(size, False)], spec) for size in sizes]
     series = {size: outcomes[(size, False)][1] for size in sizes}
     scored_s = workload.span_s - spec.warmup_s

@@ -7,8 +7,10 @@ workload's prompt-length distribution, which is how SLO attainment is scored.
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +70,58 @@ def _same_input_until(requests: np.ndarray, prompt_tokens: np.ndarray, arrival_s
     return changes[np.searchsorted(changes, np.arange(len(requests)), side="right")].tolist()
 
 
+# The run's state that changes step by step: what a fork copies (the per-step lists, then the scalars).
+_FORKED_LISTS = ("decode_done", "leaves_queue", "served_first_try", "backlog_wait", "load", "service", "itl_at",
+                 "variability")
+_FORKED_SCALARS = ("backlog_s", "waiting", "decoding", "prefilling", "abandoning", "rejected", "timed_out", "retries",
+                   "tick_sent", "tick_work", "next_tick", "next_ready", "smoothed_work", "ready", "run_started",
+                   "run_itl", "run_top", "run_len", "next_control_step", "at_warm_end", "t")
+
+
+@dataclass
+class Fork:
+    """A shadow policy's replay from the tick where it first asked for other replicas than the run's
+    policy (`run_fluid_mode(shadows=)`): until then it observed what the run observed, so its replay
+    is the run's up to that tick. Holds the run's state at that tick (taken after the observation,
+    at the decision), the shadow's decision there and its state after it; `resume_fluid_mode` replays
+    the rest."""
+
+    policy: Policy
+    policy_state: Any
+    target: int
+    # The run's variables by name (`_FORKED_LISTS`, `_FORKED_SCALARS`, retry_in, replicas, samples, window);
+    # None where the shadow differed at its first decision, before the pool started: a replay from the start.
+    state: dict[str, Any] | None
+
+
 def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progress: ProgressFn | None = None,
                    misses_by_minute: bool = False) -> SimResult:
     """Replay `workload`; `misses_by_minute` also scores each minute (the warm-pool report's worst minute)."""
+    return _run(workload, config, policy, progress, misses_by_minute)[0]
+
+
+def run_fluid_with_shadows(workload: Workload, config: SimConfig, policy: Policy, shadows: Sequence[Policy],
+                           progress: ProgressFn | None = None, misses_by_minute: bool = False
+                           ) -> tuple[SimResult, list[Fork | None]]:
+    """Replay `workload` under `policy`, each shadow policy deciding alongside it on the same observations.
+
+    A shadow that asks for the same replicas at every tick replays to the same result, to the bit (the
+    pool, its cold starts and the traffic are the same; only decisions differ): its entry is None. One
+    that asks for other replicas at some tick gets a `Fork` there (its entry), to finish with
+    `resume_fluid_mode`. Deciding costs less than half of a replay, so a warm-pool report replays the
+    stretch its sizes share once, and a size whose floor never binds is not replayed at all."""
+    return _run(workload, config, policy, progress, misses_by_minute, shadows)
+
+
+def resume_fluid_mode(workload: Workload, config: SimConfig, fork: Fork, progress: ProgressFn | None = None,
+                      misses_by_minute: bool = False) -> SimResult:
+    """The rest of a forked replay (`run_fluid_with_shadows`): the same result as replaying its policy from the start."""
+    return _run(workload, config, fork.policy, progress, misses_by_minute, fork=fork)[0]
+
+
+def _run(workload: Workload, config: SimConfig, policy: Policy, progress: ProgressFn | None = None,
+         misses_by_minute: bool = False, shadows: Sequence[Policy] = (), fork: Fork | None = None
+         ) -> tuple[SimResult, list[Fork | None]]:
     started = time.perf_counter()
     profile, client = config.profile, config.client
     step_s = config.fluid_step_s
@@ -86,12 +137,24 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     horizon = n_steps + int(math.ceil((timeout if timeout < math.inf else 0) * (client.max_retries + 1) / step_s)) + 1
 
     replicas = ReplicaSet(config.cold_start, np.random.default_rng(config.seed))
-    policy_state: Any = policy.new_state()
+    policy_state: Any = policy.new_state() if fork is None else fork.policy_state
+    shadowing = [(number, shadow, shadow.new_state()) for number, shadow in enumerate(shadows)]
+    forks: list[Fork | None] = [None] * len(shadows)
 
     def clamp(desired: int) -> int:
         return max(config.min_replicas, min(config.max_replicas, int(desired)))
 
-    replicas.start_warm(clamp(policy.decide(0.0, Observation(0.0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0), policy_state)))
+    if fork is None:
+        start = Observation(0.0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+        first = policy.decide(0.0, start, policy_state)
+        for number, shadow, state in shadowing:
+            own = shadow.decide(0.0, start, state)
+            if own != first:
+                forks[number] = Fork(shadow, state, own, None)
+        shadowing = [entry for entry in shadowing if forks[entry[0]] is None]
+        replicas.start_warm(clamp(first))
+    elif fork.state is None:
+        replicas.start_warm(clamp(fork.target))
 
     requests_in = bins.requests.tolist() + [0.0] * (horizon - n_steps + 2)
     work_in = (bins.prompt_tokens / profile.prefill_tokens_per_s).tolist() + [0.0] * (horizon - n_steps + 2)
@@ -167,31 +230,68 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
     warm_steps = min(n_steps, int(math.ceil(config.warmup_s / step_s - 1e-9)))
     at_warm_end: tuple[float, float, float] | None = None  # (timed out, rejected, retries) during the warm-up
     t = 0
+    # A fork re-enters the loop at the decision it was taken at: that step's start has already run.
+    resuming = fork is not None and fork.state is not None
+    if resuming:
+        saved = fork.state  # type: ignore[union-attr]
+        (decode_done, leaves_queue, served_first_try, backlog_wait, load, service, itl_at,
+         variability) = (saved[name] for name in _FORKED_LISTS)
+        (backlog_s, waiting, decoding, prefilling, abandoning, rejected, timed_out, retries, tick_sent, tick_work,
+         next_tick, next_ready, smoothed_work, ready, run_started, run_itl, run_top, run_len, next_control_step,
+         at_warm_end, t) = (saved[name] for name in _FORKED_SCALARS)
+        retry_in, replicas, samples = saved["retry_in"], saved["replicas"], saved["samples"]
+        window.clear()
+        window.update(saved["window"])
     while t < horizon:
-        if at_warm_end is None and t >= warm_steps:
-            at_warm_end = (timed_out, rejected, retries)
-        if t >= n_steps and backlog_s <= 1e-9 and decoding <= 1e-9 and not retry_in:
-            break
-        decoding -= decode_done[t]
+        if not resuming:
+            if at_warm_end is None and t >= warm_steps:
+                at_warm_end = (timed_out, rejected, retries)
+            if t >= n_steps and backlog_s <= 1e-9 and decoding <= 1e-9 and not retry_in:
+                break
+            decoding -= decode_done[t]
         if t >= next_control_step:
             now = t * step_s
-            if progress is not None and time.perf_counter() - last_report > 2.0:
-                progress(now, n_steps * step_s)
-                last_report = time.perf_counter()
-            if now >= next_ready:
-                replicas.promote_due(now)
-                ready = replicas.ready_count
+            if not resuming:
+                if progress is not None and time.perf_counter() - last_report > 2.0:
+                    progress(now, n_steps * step_s)
+                    last_report = time.perf_counter()
+                if now >= next_ready:
+                    replicas.promote_due(now)
+                    ready = replicas.ready_count
             if now >= next_tick:
-                busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
-                ttft_p95, ttft_p99, queue_p95, queue_p99 = window_latency(t) if observes_latency else (math.nan,) * 4
-                observation = Observation(
-                    now, replicas.ready_count, replicas.starting_count, replicas.desired_count, max(0.0, waiting),
-                    max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s, ttft_p95, ttft_p99,
-                    queue_p95, queue_p99,
-                )
-                samples.append(observation)
+                if resuming:
+                    target, resuming = fork.target, False  # type: ignore[union-attr]
+                else:
+                    busy = max(tick_work / (ready * tick_s), decoding / (ready * slots)) if ready else 0.0
+                    ttft_p95, ttft_p99, queue_p95, queue_p99 = window_latency(t) if observes_latency else (math.nan,) * 4
+                    observation = Observation(
+                        now, replicas.ready_count, replicas.starting_count, replicas.desired_count, max(0.0, waiting),
+                        max(0.0, decoding) + prefilling, min(1.0, busy), tick_sent / tick_s, ttft_p95, ttft_p99,
+                        queue_p95, queue_p99,
+                    )
+                    samples.append(observation)
+                    target = policy.decide(now, observation, policy_state)
+                    if shadowing:
+                        alike = []
+                        for number, shadow, state in shadowing:
+                            own = shadow.decide(now, observation, state)
+                            if own == target:
+                                alike.append((number, shadow, state))
+                                continue
+                            # This run's state as it is now, copied (`_FORKED_LISTS`, `_FORKED_SCALARS`).
+                            forked: dict[str, Any] = dict(zip(_FORKED_LISTS, (
+                                list(decode_done), list(leaves_queue), list(served_first_try), list(backlog_wait),
+                                list(load), list(service), list(itl_at), list(variability))))
+                            forked.update(zip(_FORKED_SCALARS, (
+                                backlog_s, waiting, decoding, prefilling, abandoning, rejected, timed_out, retries,
+                                tick_sent, tick_work, next_tick, next_ready, smoothed_work, ready, run_started,
+                                run_itl, run_top, run_len, next_control_step, at_warm_end, t)))
+                            forked.update(retry_in={step: list(due) for step, due in retry_in.items()},
+                                          replicas=copy.deepcopy(replicas), samples=list(samples), window=dict(window))
+                            forks[number] = Fork(shadow, state, own, forked)
+                        shadowing = alike
                 tail_s = decode_steps_by_batch[min(slots, int(decoding / ready) + 1) if ready else 1] * step_s
-                replicas.scale_to(clamp(policy.decide(now, observation, policy_state)), now, lambda _: now + tail_s)
+                replicas.scale_to(clamp(target), now, lambda _: now + tail_s)
                 tick_sent = tick_work = 0.0
                 next_tick += tick_s
             next_ready = replicas.next_ready_at()
@@ -326,7 +426,7 @@ def run_fluid_mode(workload: Workload, config: SimConfig, policy: Policy, progre
                     rejected - before[1], retries - before[2], replicas, end_s, samples, started)
     if misses_by_minute:
         result.misses_by_minute = _misses_by_minute(steps, warm, step_s, config, prompt_sample)
-    return result
+    return result, forks
 
 
 LOAD_RESOLUTION = 1e-3  # smoothed load is rounded to this before scoring, so steady stretches merge

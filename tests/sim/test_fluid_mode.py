@@ -1,14 +1,16 @@
 """Fluid mode's observations: the TTFT percentiles a latency-reading policy sees each tick."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from scaling.sim.config import SimConfig
-from scaling.sim.fluid_mode import run_fluid_mode
+from scaling.sim.config import ClientConfig, SimConfig
+from scaling.sim.fluid_mode import resume_fluid_mode, run_fluid_mode, run_fluid_with_shadows
 from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.workload import RateTrace
 
-from .helpers import LatencyReadingStatic
+from .helpers import LatencyReadingStatic, ScriptedPolicy
 
 CONFIG = SimConfig(tick_s=15.0)
 
@@ -73,3 +75,37 @@ def test_every_pool_size_observes_the_same_arrival_rates_to_the_bit() -> None:
                 for replicas in (6, 9, 14, 30)}
     assert len(observed[6]) == 480
     assert all(rates == observed[6] for rates in observed.values())
+
+
+@dataclass(frozen=True)
+class ScriptedReading(ScriptedPolicy):
+    """A scripted pool size that also reads the TTFT percentiles (their window is part of what a fork copies)."""
+
+    observes_latency: bool = True
+
+
+def _outcome(result) -> dict:  # noqa: ANN001
+    fields = dict(vars(result))
+    fields.pop("wall_s")
+    return fields
+
+
+def test_a_shadow_replays_as_it_would_alone_whether_it_forks_or_not() -> None:
+    """A shadow deciding alike throughout has the run's result; one that first differs at a tick is forked
+    there and resumed; one that differs at the start is replayed from it. Each is what it would replay alone,
+    to the bit: samples, misses by minute, timeouts, retries and the cold starts drawn."""
+    rng = np.random.default_rng(5)
+    trace = RateTrace("bursts", np.arange(40) * 60.0, 60.0, rng.uniform(10, 90, 40))
+    config = SimConfig(tick_s=15.0, client=ClientConfig(timeout_s=6.0, max_retries=2), queue_limit=400)
+    run = ScriptedReading(((0, 3), (1200, 7)))
+    shadows = [ScriptedReading(((0, 3), (1200, 7))), ScriptedReading(((0, 4),)),
+               ScriptedReading(((0, 3), (600, 2), (1200, 7))), ScriptedReading(((0, 3), (1500, 9)))]
+    result, forks = run_fluid_with_shadows(trace, config, run, shadows, misses_by_minute=True)
+    assert forks[0] is None and forks[1] is not None and forks[1].state is None
+    assert [fork.state["t"] for fork in forks[2:]] == [600, 1200]  # type: ignore[union-attr, index]
+    assert result.timed_out > 0 and result.retries > 0  # the forks copy clients that gave up and retry
+    for shadow, fork in zip(shadows, forks):
+        alone = run_fluid_mode(trace, config, shadow, misses_by_minute=True)
+        replayed = result if fork is None else resume_fluid_mode(trace, config, fork, misses_by_minute=True)
+        assert _outcome(replayed) == _outcome(alone)
+    assert _outcome(result) == _outcome(run_fluid_mode(trace, config, run, misses_by_minute=True))

@@ -237,41 +237,29 @@ def test_a_replay_of_other_arrivals_makes_its_own_forecasts() -> None:
     assert read.samples == own.samples and read.gpu_hours == own.gpu_hours
 
 
-def test_a_size_whose_floor_never_changes_a_decision_is_checked_not_replayed(monkeypatch) -> None:  # noqa: ANN001
-    """Small floors of a pool that never runs that low decide alike at every tick of the last replay, so
-    they take its outcome; from the first size that decides otherwise, every size is replayed. The
-    report is the same to the bit as replaying every size alone."""
-    replayed: list[float] = []
-    real = reports.run_fluid_mode
 
-    def counted(workload, config, policy, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        replayed.append(getattr(policy, "policy", policy).share)
-        return real(workload, config, policy, *args, **kwargs)
+def test_the_sizes_replay_together_as_each_would_alone(monkeypatch) -> None:  # noqa: ANN001
+    """Small floors of a pool that never runs that low decide as the first size does at every tick: they
+    take its outcome. Larger ones are forked where they first decide otherwise and replayed from there.
+    The report is the same to the bit as replaying every size alone, in one process or in two."""
+    forked: list[float] = []
+    real = reports.resume_fluid_mode
 
-    monkeypatch.setattr(reports, "run_fluid_mode", counted)
+    def counted(workload, config, fork, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        forked.append(fork.policy.share)
+        assert fork.state is not None and fork.state["t"] > 0  # from where it first differed, not the start
+        return real(workload, config, fork, *args, **kwargs)
+
+    monkeypatch.setattr(reports, "resume_fluid_mode", counted)
     workload = daily_wave(hours=2.0, period_h=0.75)  # 20 to 120 req/s at 12 req/s a replica: never under 2
     report_spec = spec(peak_basis="day-peak", sizes_pct=(0, 10, 20, 60, 90), current_pct=40.0)
     plan = plan_for(report_spec, workload)
-    checked = reports.run_report(workload, report_spec, plan=plan)
-    assert replayed[0] == 0.0 and 0.1 not in replayed and 0.2 not in replayed  # 10 % and 20 %: one replica's floor or two
-    assert replayed[1:] == [0.4, 0.6, 0.9]  # 40 % decides otherwise: it and every larger size are replayed
-    replayed.clear()
+    together = reports.run_report(workload, report_spec, plan=plan)
+    assert forked == [0.4, 0.6, 0.9]  # 10 % and 20 %: a floor of one replica or two, never binding
     alone = reports.run_report(workload, report_spec, plan=plan, share_forecasts=False)
-    assert replayed == [0.0, 0.1, 0.2, 0.4, 0.6, 0.9]
-    assert _replayed(checked) == _replayed(alone)
+    assert _replayed(together) == _replayed(alone)
     monkeypatch.undo()
-    in_parallel = reports.run_report(workload, report_spec, plan=plan, workers=2)  # checks, then the rest in processes
-    assert _replayed(in_parallel) == _replayed(alone)
-    hours = [row.gpu_hours for row in checked.rows]
+    in_two = reports.run_report(workload, report_spec, plan=plan, workers=2)
+    assert _replayed(in_two) == _replayed(alone)
+    hours = [row.gpu_hours for row in together.rows]
     assert hours[0] == hours[1] == hours[2] < hours[3] < hours[-1]
-
-
-def test_a_check_fails_at_the_first_tick_asking_for_other_replicas() -> None:
-    """`decides_alike` compares every decision, the first one (the pool's start) included."""
-    from scaling.sim.policies.static import StaticPolicy
-
-    log = reports.DecisionLog()
-    result = run_fluid_mode(daily_wave(hours=0.5), reports._config(spec()), reports.Logged(StaticPolicy(4), log))
-    assert len(log.calls) == len(result.samples) + 1  # the start's decision, then one a tick
-    assert reports.decides_alike(StaticPolicy(4), log)
-    assert not reports.decides_alike(StaticPolicy(5), log)

@@ -124,6 +124,13 @@ class SharedForecasts:
                  state: DecideState) -> Forecasts:
         if self.recording:
             return self._record(history, pool, now_s, rate_now, state)
+        return self.read(pool, now_s, rate_now, state)
+
+    def reader(self) -> ForecastReader:
+        """Reads this recording while it is made: for a policy deciding after the recording one at each tick."""
+        return ForecastReader(self)
+
+    def read(self, pool: PoolPlan, now_s: float, rate_now: float, state: DecideState) -> Forecasts:
         entry = self.ticks.get(now_s)
         if (entry is None or (pool.lead_s, pool.prescale_horizon_s) != self.horizons_s
                 or not (entry[0] == rate_now or (math.isnan(entry[0]) and math.isnan(rate_now)))):
@@ -146,6 +153,17 @@ class SharedForecasts:
                 kept = previous
         self.ticks[now_s] = (rate_now, lead, peak, kept, state.seasonal, state.newest_rate_s)
         return lead, peak, recent, state
+
+
+@dataclass(frozen=True)
+class ForecastReader:
+    """A `forecast_source` that only reads a `SharedForecasts` (recording or not)."""
+
+    recording: SharedForecasts
+
+    def __call__(self, history: decide.PoolHistory, pool: PoolPlan, now_s: float, rate_now: float,
+                 state: DecideState) -> Forecasts:
+        return self.recording.read(pool, now_s, rate_now, state)
 
 
 @dataclass
@@ -171,7 +189,7 @@ class HeadroomPolicy:
     observes_latency: bool = True  # request mode reports TTFT percentiles to it
     # Forecasts recorded once for every replay of the same arrivals (a warm-pool report's sizes); None:
     # the decide step's own forecasters.
-    forecasts: SharedForecasts | None = field(default=None, compare=False, repr=False)
+    forecasts: SharedForecasts | ForecastReader | None = field(default=None, compare=False, repr=False)
 
     def new_state(self) -> HeadroomState:
         return HeadroomState(history=MemoryHistory(ApprovalModel(self.approval_delay_s, self.reactive_max_step)))
