@@ -40,7 +40,7 @@ PARTS = (  # (owner, attribute, label): nested parts are counted inside their ca
     (planner, "plan", "  the planner (inside it)"),
     (headroom.SharedForecasts, "__call__", "  the shared forecasts (inside it)"),
     (fluid_mode, "_waits", "TTFT waits (every tick's, and the scoring's)"),
-    (fluid_mode, "weighted_quantiles", "TTFT quantiles (every tick's)"),
+    (fluid_mode, "paired_quantiles", "TTFT quantiles (every tick's)"),
     (fluid_mode, "_score", "  scoring at the end (its waits counted above)"),
     (fluid_mode, "_misses_by_minute", "  misses by minute (its waits counted above)"),
     (reports, "_minute_series", "minute series"),

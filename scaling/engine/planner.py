@@ -311,7 +311,7 @@ def _load_explains_latency(pool: PoolPlan, signals: PoolSignals) -> bool:
     kv_cache = signals.kv_cache_usage
     if kv_cache.is_known and float(kv_cache.value) >= KV_CACHE_FULL:  # type: ignore[arg-type]
         return True
-    queued = signals.readings().get(pool.slo_signal.replace("ttft_", "queue_time_"))
+    queued = signals.reading(pool.slo_signal.replace("ttft_", "queue_time_"))
     if queued is None or not queued.is_known:
         return True
     return float(queued.value) >= pool.correction_queue_share * pool.slo_latency_s  # type: ignore[arg-type]
@@ -324,7 +324,7 @@ def corrected_capacity(pool: PoolPlan, state: PlannerState, signals: PoolSignals
     runs at `load / correction` of the capacity believed in; the profile's latency there is what
     the observed latency is compared with. Too slow: less capacity than believed; too fast: more.
     """
-    observed = signals.readings().get(pool.slo_signal)
+    observed = signals.reading(pool.slo_signal)
     rate = signals.request_rate_rps
     if observed is None or not (observed.is_known and rate.is_known and ready):
         return state.capacity_correction, None

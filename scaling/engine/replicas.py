@@ -344,14 +344,15 @@ def _stabilize_with_behavior(
     down_window = _down_window(behavior, options)
     up_limit = desired  # lowest recent recommendation: scale up only as far as all of them agree
     down_limit = desired  # highest recent recommendation: scale down only as far as all agree
-    for rec in state.recommendations:
-        if _within(rec.at_s, now_s, up_window):
-            up_limit = min(up_limit, rec.replicas)
-        if _within(rec.at_s, now_s, down_window):
-            down_limit = max(down_limit, rec.replicas)
+    for rec in state.recommendations:  # (`_within` written out: this runs every tick of every replay)
+        age = now_s - rec.at_s
+        if age < up_window and rec.replicas < up_limit:
+            up_limit = rec.replicas
+        if age < down_window and rec.replicas > down_limit:
+            down_limit = rec.replicas
     stabilized = min(max(current, up_limit), down_limit)
     horizon = max(up_window, down_window)
-    kept = tuple(r for r in state.recommendations if _within(r.at_s, now_s, horizon))
+    kept = tuple(r for r in state.recommendations if now_s - r.at_s < horizon)
     return stabilized, replace(state, recommendations=kept + (TimedRecommendation(now_s, desired),))
 
 

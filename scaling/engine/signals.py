@@ -102,6 +102,11 @@ class PoolSignals:
     def readings(self) -> dict[str, Reading]:
         return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Reading)}
 
+    def reading(self, name: str) -> Reading | None:
+        """The reading called `name`; None when no such signal (cheaper than `readings()` for one)."""
+        value = getattr(self, name, None)
+        return value if isinstance(value, Reading) else None
+
     def unknown_signals(self) -> list[str]:
         return [name for name, reading in self.readings().items() if not reading.is_known]
 

@@ -21,7 +21,7 @@ from scaling.sim.lifecycle import ReplicaSet
 from scaling.sim.policies.base import LATENCY_WINDOW_S, Observation, Policy
 from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.request_mode import ProgressFn
-from scaling.sim.result import Percentiles, SimResult, pool_costs, weighted_quantiles
+from scaling.sim.result import Percentiles, SimResult, paired_quantiles, pool_costs, quantile_buckets
 from scaling.sim.workload import Workload
 
 TTFT_POINTS = 8  # prompt-length quantiles per step used for latency percentiles
@@ -185,12 +185,12 @@ def _run(workload: Workload, config: SimConfig, policy: Policy, progress: Progre
         # keeps 1/n of its excess burstiness per replica (thinning: c^2 = 1 + (c_pool^2 - 1) / n).
         return (1.0 + (pool_scv - 1.0) / max(ready_now, 1) + scv) / 2
 
-    # The window's steps with first-try requests, as rows of TTFT_POINTS: their TTFT points, queue times
-    # and weights. A step's inputs are final once the loop has passed it, so each step's rows are made
-    # once, by the first tick whose window holds it, and kept while later windows hold it (a tick's
-    # window overlaps the last one's by three quarters).
-    window = {"step": np.empty(0, dtype=np.int64), "ttft": np.empty((0, TTFT_POINTS)),
-              "queue": np.empty((0, TTFT_POINTS)), "weight": np.empty((0, TTFT_POINTS)), "upto": 0}
+    # The window's steps with first-try requests, as rows of TTFT_POINTS: the buckets of their TTFT points
+    # and queue times (`quantile_buckets`), and their weights. A step's inputs are final once the loop has
+    # passed it, so each step's rows are made once, by the first tick whose window holds it, and kept
+    # while later windows hold it (a tick's window overlaps the last one's by three quarters).
+    window = {"step": np.empty(0, dtype=np.int64), "ttft": np.empty((0, TTFT_POINTS), dtype=np.int64),
+              "queue": np.empty((0, TTFT_POINTS), dtype=np.int64), "weight": np.empty((0, TTFT_POINTS)), "upto": 0}
 
     def window_latency(t: int) -> tuple[float, float, float, float]:
         """TTFT p95, p99 and queue-time p95, p99 of the last minute's steps (NaN: no request)."""
@@ -202,8 +202,9 @@ def _run(workload: Workload, config: SimConfig, policy: Policy, progress: Progre
             active = np.flatnonzero(first > 0)
             columns = [np.asarray(column[start:t])[active] for column in (backlog_wait, load, service, itl_at, variability)]
             waits = _waits(*columns)
-            added = {"step": active + start, "ttft": _ttft_points(waits, prompt_levels, profile.prefill_tokens_per_s),
-                     "queue": waits - columns[3][:, None],
+            added = {"step": active + start,
+                     "ttft": quantile_buckets(_ttft_points(waits, prompt_levels, profile.prefill_tokens_per_s)),
+                     "queue": quantile_buckets(waits - columns[3][:, None]),
                      "weight": np.broadcast_to((first[active] / TTFT_POINTS)[:, None], waits.shape)}
             for key, rows in added.items():
                 window[key] = np.concatenate((window[key][kept:], rows))
@@ -213,9 +214,8 @@ def _run(workload: Workload, config: SimConfig, policy: Policy, progress: Progre
                 window[key] = window[key][kept:]
         if not len(window["step"]):
             return math.nan, math.nan, math.nan, math.nan
-        weights = window["weight"].ravel()
-        p95, p99 = weighted_quantiles(window["ttft"].ravel(), (0.95, 0.99), weights)
-        q95, q99 = weighted_quantiles(window["queue"].ravel(), (0.95, 0.99), weights)
+        (p95, p99), (q95, q99) = paired_quantiles(window["ttft"].ravel(), window["queue"].ravel(),
+                                                  window["weight"].ravel(), (0.95, 0.99))
         return p95, p99, q95, q99
     decode_steps_by_batch = [itl * mean_output / step_s for itl in itl_by_batch]
     ready = replicas.ready_count

@@ -26,31 +26,58 @@ class Percentiles:
 
 QUANTILE_RESOLUTION = 0.001  # weighted quantiles are exact to 0.1 % (log-spaced buckets)
 FEW_POINTS = 20_000  # up to this many points (a tick's window) only the buckets holding a point are summed
+_FLOOR = 1e-6  # seconds: the lowest bucket
+_STEP = np.log1p(QUANTILE_RESOLUTION)
+_APART = 1 << 40  # added to the second set's buckets in `paired_quantiles`: far above any bucket
+
+
+def quantile_buckets(values: np.ndarray) -> np.ndarray:
+    """Each value's bucket on the log scale of `weighted_quantiles`."""
+    return np.floor(np.log(np.maximum(values, _FLOOR) / _FLOOR) / _STEP).astype(np.int64)
+
+
+def _bucket_values(positions: np.ndarray) -> list[float]:
+    return [float(_FLOOR * np.exp((p + 0.5) * _STEP)) for p in positions]
 
 
 def weighted_quantiles(values: np.ndarray, quantiles: tuple[float, ...], weights: np.ndarray | None = None) -> list[float]:
     if weights is None:
         return [float(q) for q in np.quantile(values, quantiles)]
     # Fluid mode weighs millions of points: bucket them on a log scale instead of sorting.
-    floor = 1e-6
-    step = np.log1p(QUANTILE_RESOLUTION)
-    index = np.floor(np.log(np.maximum(values, floor) / floor) / step).astype(np.int64)
+    index = quantile_buckets(values)
     if index.size <= FEW_POINTS:
-        # A tick's window: its 480 points span up to 20,000 buckets, so number the filled buckets in
-        # order and sum those alone. The sums are the same and in the same order (bincount adds in
-        # input order; a cumulative sum past an empty bucket adds 0), and the first cumulative sum
-        # reaching a share is always a filled bucket's, so the answer is too.
-        ordered = np.sort(index)
-        filled = np.empty(ordered.size, dtype=bool)
-        filled[0] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=filled[1:])
-        buckets = ordered[filled]
-        cumulative = np.cumsum(np.bincount(np.searchsorted(buckets, index), weights=weights))
-        positions = buckets[np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])]
-        return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
+        return paired_quantiles(index, None, weights, quantiles)[0]
     cumulative = np.cumsum(np.bincount(index, weights=weights))
-    positions = np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1])
-    return [float(floor * np.exp((p + 0.5) * step)) for p in positions]
+    return _bucket_values(np.searchsorted(cumulative, np.array(quantiles) * cumulative[-1]))
+
+
+def paired_quantiles(first: np.ndarray, second: np.ndarray | None, weights: np.ndarray, quantiles: tuple[float, ...]
+                     ) -> tuple[list[float], list[float]]:
+    """The weighted quantiles of few points given by their buckets (`quantile_buckets`), and of a second
+    set with the same weights (a tick's queue times beside its TTFTs), in one pass.
+
+    A tick's window: its 480 points span up to 20,000 buckets, so the buckets holding a point are
+    numbered in order and summed alone. The sums are those of a cumulative sum over every bucket, in
+    the same order (bincount adds in input order, and each set's buckets are apart from the other's;
+    a cumulative sum past an empty bucket adds 0), and the first cumulative sum reaching a share is
+    always a filled bucket's, so the answer is the same to the bit."""
+    both = first if second is None else np.concatenate((first, second + _APART))
+    ordered = np.sort(both)
+    filled = np.empty(ordered.size, dtype=bool)
+    filled[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=filled[1:])
+    buckets = ordered[filled]
+    sums = np.bincount(np.searchsorted(buckets, both), weights=weights if second is None else np.concatenate((weights, weights)))
+    shares = np.array(quantiles)
+    split = len(buckets) if second is None else int(np.searchsorted(buckets, _APART))
+    answers = []
+    for part, offset in ((slice(0, split), 0), (slice(split, None), _APART)):
+        if part.start == len(buckets):
+            answers.append([])
+            continue
+        cumulative = np.cumsum(sums[part])
+        answers.append(_bucket_values(buckets[part][np.searchsorted(cumulative, shares * cumulative[-1])] - offset))
+    return answers[0], answers[1]
 
 
 @dataclass
