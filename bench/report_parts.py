@@ -7,7 +7,10 @@ The inputs are the CLI's (docs/benchmarks.md, "Warm-pool reports"): the demo poo
 `--peak day-peak`. It load-tests once, replays the 0 % size (which records the forecasts) and then one
 size that reads them, and prints the CPU seconds (`time.process_time()`) of each and of the parts of
 the reading one: the decide step (with the planner inside it), fluid mode's per-tick TTFT percentiles,
-the scoring at the end, and fluid mode's own stepping (what is left).
+the scoring at the end, and fluid mode's own stepping (what is left). Then, as the report replays
+them (`reports.replay_sizes`), the sizes of `--together` in one replay: the CPU of the first size's
+replay with the others deciding alongside it, and for each other size where it was forked (the share
+of the replay it shares with the first size) and the CPU of replaying the rest of it.
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--size", type=float, default=40.0, help="the reading size (percent)")
+    parser.add_argument("--together", default="0,10,20,30,40,50,60,70", help="the sizes replayed together")
     args = parser.parse_args()
     pool = Pool.objects.select_related("cluster").get(name="chat-llama-8b", cluster__name="gpu-us-east")
     report = WarmPoolReport(pool=pool, days=args.days, sizes_pct=[0, args.size], trace_name=TRACE.name,
@@ -79,6 +83,7 @@ def main() -> None:
     out["recording_size_cpu_s"] = round(time.process_time() - started, 2)
     shared.recording = False
     spent: collections.Counter = collections.Counter()
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in PARTS]
     for owner, name, label in PARTS:
         _timed(owner, name, label, spent)
     started = time.process_time()
@@ -89,6 +94,25 @@ def main() -> None:
     out["reading_size_parts_cpu_s"] = {**{label.strip(): round(value, 2) for label, value in spent.items()},
                                        "fluid mode's stepping and the rest": round(total - top, 2)}
     out["ticks"] = len(shared.ticks)
+    for owner, name, original in originals:  # unwrapped: the together replay is timed as the report runs it
+        setattr(owner, name, original)
+    sizes = reports.parse_sizes(args.together)
+    started = time.process_time()
+    started_all = started
+    _, jobs = reports.replay_sizes(workload, spec, plan, sizes)
+    together: dict[str, object] = {"first_with_the_others_deciding_cpu_s": round(time.process_time() - started, 2)}
+    steps = len(workload.bins(spec.fluid_step_s).requests)
+    for size, job in zip(sizes[1:], jobs):
+        if job is None:
+            together[f"{size:g} %"] = "decided alike throughout: the first size's outcome"
+            continue
+        fork = job[4]
+        started = time.process_time()
+        reports._resume_size(job)
+        together[f"{size:g} %"] = {"shared_share": round(fork.state["t"] / steps, 3) if fork.state else 0.0,
+                                   "rest_cpu_s": round(time.process_time() - started, 2)}
+    together["total_cpu_s"] = round(time.process_time() - started_all, 2)
+    out["together"] = together
     print(json.dumps(out, indent=1))
 
 
