@@ -207,7 +207,7 @@ class HeadroomPolicy:
                                                self.pool.min_replicas, self.pool.max_replicas)
         # The simulated cluster accepts an approved change at once: that is when the rate limits count it.
         planner_state = record_scale_event(step.state.planner, now, target - current)
-        state.decide = replace(step.state, planner=planner_state)
+        state.decide = step.state if planner_state is step.state.planner else replace(step.state, planner=planner_state)
         state.history.record(now, observation.arrival_rate_rps, target - current)
         return target
 
