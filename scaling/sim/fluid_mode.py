@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
-from array import array
 import time
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,7 +71,7 @@ def _same_input_until(requests: np.ndarray, prompt_tokens: np.ndarray, arrival_s
     return changes[np.searchsorted(changes, np.arange(len(requests)), side="right")].tolist()
 
 
-# The run's state that changes step by step: what a fork copies (the per-step lists, then the scalars).
+# The run's state that changes step by step: what a fork copies (the per-step arrays, then the scalars).
 _FORKED_LISTS = ("decode_done", "leaves_queue", "served_first_try", "backlog_wait", "load", "service", "itl_at",
                  "variability")
 _FORKED_SCALARS = ("backlog_s", "waiting", "decoding", "prefilling", "abandoning", "rejected", "timed_out", "retries",
@@ -82,10 +82,10 @@ _FORKED_SCALARS = ("backlog_s", "waiting", "decoding", "prefilling", "abandoning
 @dataclass
 class Fork:
     """A shadow policy's replay from the tick where it first asked for other replicas than the run's
-    policy (`run_fluid_mode(shadows=)`): until then it observed what the run observed, so its replay
-    is the run's up to that tick. Holds the run's state at that tick (taken after the observation,
-    at the decision), the shadow's decision there and its state after it; `resume_fluid_mode` replays
-    the rest."""
+    policy (`run_fluid_with_shadows`): until then it observed what the run observed, so its replay
+    is the run's up to that tick. Holds a copy of the run's state at that tick (taken after the
+    observation, at the decision), the shadow's decision there and its state after it;
+    `resume_fluid_mode` replays the rest, once (it carries on in the fork's own copies)."""
 
     policy: Policy
     policy_state: Any
