@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import sys
@@ -68,12 +69,15 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--size", type=float, default=40.0, help="the reading size (percent)")
     parser.add_argument("--together", default="0,10,20,30,40,50,60,70", help="the sizes replayed together")
+    parser.add_argument("--seed-peak", type=float, default=0.0,
+                        help="the day before's peak in req/s (as an incident's what-if has it): with the week's own "
+                             "peak every size's floor binds from the first tick, the worst case for replaying together")
     args = parser.parse_args()
     pool = Pool.objects.select_related("cluster").get(name="chat-llama-8b", cluster__name="gpu-us-east")
     report = WarmPoolReport(pool=pool, days=args.days, sizes_pct=[0, args.size], trace_name=TRACE.name,
                             trace_data=TRACE.read_bytes(), rate_scale=0.066, peak_basis="day-peak")
     inputs = report_service.inputs_for(report)
-    workload, spec = inputs.workload, inputs.spec
+    workload, spec = inputs.workload, dataclasses.replace(inputs.spec, day_peak_seed_rps=args.seed_peak)
     started = time.process_time()
     plan = headroom.pool_plan_for(reports._config(spec), workload)
     out = {"load_test_cpu_s": round(time.process_time() - started, 2)}
