@@ -24,6 +24,7 @@ from sandbox.kube import resources as res
 from sandbox.replica import wait_until
 from scaling import traffic
 from scaling.choices import ShiftPhase
+from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.models import TrafficShift
 
 from tests.scaling.test_traffic import GIVING, NS, RECEIVING, ROUTE, _steps_entered, _weights, observe, pools, sandbox  # noqa: F401
@@ -43,6 +44,11 @@ def test_a_worker_killed_mid_shift_step_resumes_without_skipping_or_repeating(
     broker: Celery, start_worker, sandbox, pools, alice: User, after_write: bool,  # noqa: ANN001, F811
 ) -> None:
     kube, gateway = sandbox
+    # The shift starts a step only onto ready replicas, which it reads from the Deployments' status. The emulator
+    # writes that status a reconcile after the replicas are ready, later on a loaded machine: read once too early,
+    # the status said 0 and the shift waited for capacity (session 10's CI rehearsals, in both variants).
+    driver = cluster_driver(pools[0].cluster)
+    assert wait_until(lambda: all(driver.status(workload_of(pool)).ready >= 1 for pool in pools), 30, interval=0.2)
     shift = traffic.start(pools[0], pools[1], core.Actor(alice, Channel.API), hold_s=3, max_p95_s=2.0)
     observe(kube, gateway, pools, timezone.now())
     if after_write:
@@ -54,11 +60,9 @@ def test_a_worker_killed_mid_shift_step_resumes_without_skipping_or_repeating(
     beats: list[float] = []
 
     def stepping() -> bool:
-        # A beat can leave the shift pending (it did in 4 of 25 runs within one half hour, and once in session 10's
-        # CI rehearsal, only ever with the write's answer held; the worker's log showed the beat done in 26 ms, so
-        # it waited, most likely for capacity it read as not ready): the next beat comes, as in production's every
-        # 15 s (here every 5), after the loop's tick has read the pools again (as `completed` below; reads are not
-        # held in that variant), until one starts the step and is held in it.
+        # Should a beat still leave the shift pending, the next one comes, as in production's every 15 s (here
+        # every 5), after the loop's tick has read the pools again where reads are not held (as `completed`
+        # below), until one starts the step and is held in it.
         if _phase(shift.pk)[0] == ShiftPhase.PENDING and (not beats or time.monotonic() - beats[-1] >= 5.0):
             if beats and after_write:
                 observe(kube, gateway, pools, timezone.now())
