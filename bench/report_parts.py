@@ -101,8 +101,7 @@ def main() -> None:
     for owner, name, original in originals:  # unwrapped: the together replay is timed as the report runs it
         setattr(owner, name, original)
     sizes = reports.parse_sizes(args.together)
-    started = time.process_time()
-    started_all = started
+    started_all = started = time.process_time()
     _, jobs = reports.replay_sizes(workload, spec, plan, sizes)
     together: dict[str, object] = {"first_with_the_others_deciding_cpu_s": round(time.process_time() - started, 2)}
     steps = len(workload.bins(spec.fluid_step_s).requests)

@@ -69,15 +69,15 @@ def paired_quantiles(first: np.ndarray, second: np.ndarray | None, weights: np.n
     buckets = ordered[filled]
     sums = np.bincount(np.searchsorted(buckets, both), weights=weights if second is None else np.concatenate((weights, weights)))
     shares = np.array(quantiles)
-    split = len(buckets) if second is None else int(np.searchsorted(buckets, _APART))
-    answers = []
-    for part, offset in ((slice(0, split), 0), (slice(split, None), _APART)):
-        if part.start == len(buckets):
-            answers.append([])
-            continue
+
+    def answer(part: slice, offset: int) -> list[float]:
         cumulative = np.cumsum(sums[part])
-        answers.append(_bucket_values(buckets[part][np.searchsorted(cumulative, shares * cumulative[-1])] - offset))
-    return answers[0], answers[1]
+        return _bucket_values(buckets[part][np.searchsorted(cumulative, shares * cumulative[-1])] - offset)
+
+    if second is None:
+        return answer(slice(None), 0), []
+    split = int(np.searchsorted(buckets, _APART))
+    return answer(slice(0, split), 0), answer(slice(split, None), _APART)
 
 
 @dataclass
