@@ -2,14 +2,16 @@
 
     .venv/bin/python bench/fallback_targets.py [--traces ../shared/traces] [--cases judge|fit]
         [--fallback-replicas N ...] [--priority-share F] [--max-replicas N] [--set FIELD=VALUE ...]
-        [--spillover F] [--no-baselines] [--json]
+        [--spillover F] [--scheduling-policy fcfs|priority] [--no-baselines] [--json]
 
 Per case (an Azure trace with `--surge 10:5`, request mode, the replay's defaults) it runs the
 clairvoyant primary-only schedule (the cost reference), `headroom` without a fallback, and
 `headroom` with a `llama-3.2-1b-l4` fallback pool of each `--fallback-replicas` size, and prints
 SLO attainment (all requests, by class, by model), the fallback's share, the cost over the
 clairvoyant's, and when the traffic was last all back on the primary against the surge's end
-(`--max-replicas` caps the primary). `--set` overrides a `FallbackPolicy` field for a fit.
+(`--max-replicas` caps the primary). `--set` overrides a `FallbackPolicy` field for a fit;
+`--scheduling-policy priority` has the pools' replicas start the priority class's waiting requests
+first (vLLM's `--scheduling-policy priority`).
 
 Fit and judge: the thresholds are fitted on the `fit` cases (seed 1 of both traces: other copies of
 the surge's added requests) and judged on the `judge` cases (seed 0, the issue's runs).
@@ -26,7 +28,7 @@ from headroom_suite import workload_for  # noqa: E402 (bench/ is the script's di
 from scaling.engine.fallback import FallbackPolicy
 from scaling.sim.config import SimConfig
 from scaling.sim.profiles import DEFAULT_PROFILE, get_profile
-from scaling.sim.route_mode import FallbackRoute
+from scaling.sim.route_mode import SCHEDULING_POLICIES, FallbackRoute
 from scaling.sim.runner import simulate
 
 FALLBACK_PROFILE = "llama-3.2-1b-l4"
@@ -62,6 +64,7 @@ def main() -> None:
     parser.add_argument("--max-replicas", type=int, default=100)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--spillover", type=float, metavar="F", help="per-request spill-over past F x the SLO")
+    parser.add_argument("--scheduling-policy", default="fcfs", choices=SCHEDULING_POLICIES)
     parser.add_argument("--no-baselines", action="store_true", help="only the runs with a fallback pool")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -81,8 +84,9 @@ def main() -> None:
                                              ("headroom, no fallback", simulate(workload, config, "headroom"))]
         for replicas in args.fallback_replicas:
             route = FallbackRoute(get_profile(FALLBACK_PROFILE), replicas, args.priority_share, fallback_policy,
-                                  spillover_wait_share=args.spillover)
+                                  spillover_wait_share=args.spillover, scheduling_policy=args.scheduling_policy)
             spill = "" if args.spillover is None else f", spill-over {args.spillover:g}"
+            spill += ", priority scheduling" if args.scheduling_policy == "priority" else ""
             runs.append((f"headroom + {replicas} x {FALLBACK_PROFILE}{spill}", simulate(workload, config, "headroom",
                                                                                  fallback=route)))
         for name, result in runs:

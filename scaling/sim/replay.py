@@ -2,7 +2,7 @@
 
     python -m scaling.sim.replay --trace PATH --policy keda-queue [--json]
     python -m scaling.sim.replay --trace PATH --policy headroom --fallback llama-3.2-1b-l4 \
-        [--fallback-replicas N] [--priority-share F] [--fallback-spillover F] [--json]
+        [--fallback-replicas N] [--priority-share F] [--fallback-spillover F] [--scheduling-policy priority] [--json]
 
 Errors in the input are printed as `error: ...` with exit status 2, never as a traceback.
 """
@@ -19,7 +19,7 @@ from scaling.sim.config import ClientConfig, ColdStart, SimConfig
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace
 from scaling.sim.policies import ALIASES, POLICIES
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
-from scaling.sim.route_mode import FallbackRoute
+from scaling.sim.route_mode import SCHEDULING_POLICIES, FallbackRoute
 from scaling.sim.runner import MODES, simulate
 from scaling.sim.transforms import rate_scale, surge, time_scale, time_shift
 from scaling.sim.workload import Workload
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fallback-spillover", type=float, metavar="F",
                         help="also send an eligible request to the fallback, active or standing by, when the "
                              "primary would start it later than F x the SLO (per-request spill-over; default off)")
+    parser.add_argument("--scheduling-policy", choices=SCHEDULING_POLICIES, metavar="POLICY",
+                        help="how each replica of the route's pools picks its next waiting request, as vLLM's "
+                             "--scheduling-policy: fcfs (default) in arrival order, priority the priority class first")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -106,7 +109,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 def fallback_from(args: argparse.Namespace) -> FallbackRoute | None:
     if args.fallback is None:
         for flag, value in (("--fallback-replicas", args.fallback_replicas), ("--priority-share", args.priority_share),
-                            ("--fallback-spillover", args.fallback_spillover)):
+                            ("--fallback-spillover", args.fallback_spillover),
+                            ("--scheduling-policy", args.scheduling_policy)):
             if value is not None:
                 raise UsageError(f"{flag} needs --fallback PROFILE")
         return None
@@ -123,7 +127,8 @@ def fallback_from(args: argparse.Namespace) -> FallbackRoute | None:
     if args.fallback_spillover is not None and not args.fallback_spillover > 0:
         raise UsageError("--fallback-spillover must be positive")
     return FallbackRoute(get_profile(args.fallback), replicas, priority_share,
-                         spillover_wait_share=args.fallback_spillover)
+                         spillover_wait_share=args.fallback_spillover,
+                         scheduling_policy=args.scheduling_policy or "fcfs")
 
 
 def workload_from(args: argparse.Namespace) -> Workload:

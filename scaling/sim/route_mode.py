@@ -44,6 +44,7 @@ from scaling.sim.router import LeastOutstandingRouter
 from scaling.sim.workload import Workload
 
 TAIL_LIMIT_S = 86_400.0
+SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's --scheduling-policy values the replay models
 CLASS_SEED = 0x5EED  # the class and split draws use their own stream: the trace's draws stay as they are
 
 
@@ -61,8 +62,13 @@ class FallbackRoute:
     # least-loaded replica would start it later than this share of the SLO, whether a fallback is active
     # or not (a gateway's per-request spill-over); None: the share alone decides.
     spillover_wait_share: float | None = None
+    # How each replica picks its next waiting request, as vLLM's `--scheduling-policy`: "fcfs" in arrival
+    # order, "priority" the priority class first (the class's requests sent with a higher priority).
+    scheduling_policy: str = "fcfs"
 
     def __post_init__(self) -> None:
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"--scheduling-policy must be one of {', '.join(SCHEDULING_POLICIES)}")
         if self.replicas < 1:
             raise ValueError("--fallback-replicas must be at least 1")
         if not 0.0 <= self.priority_share <= 1.0:
@@ -87,12 +93,31 @@ class RouteResult(SimResult):
         return out
 
 
+@dataclass
+class _Requests:
+    """The route's requests, shared by both pools: what each needs to be served, and its latencies."""
+
+    origin: list[float]
+    outputs_minus_one: list[int]
+    priority: list[bool]
+    ttft: list[float]
+    e2e: list[float]
+
+
 class _Pool:
-    """One pool's replicas and serving state (request mode's, without client timeouts)."""
+    """One pool's replicas and serving state (request mode's, without client timeouts).
+
+    First come, first served (vLLM's default `--scheduling-policy fcfs`): a request's start is fixed
+    as it arrives, at its replica's next free batch slot and prefill. With `priority_first` (vLLM's
+    `--scheduling-policy priority`) each replica keeps its waiting requests and starts the priority
+    class's first, each class in arrival order; a start is fixed once the replica is free and every
+    request that could compete for it has arrived. Running requests are not preempted (vLLM preempts
+    only when the KV cache runs out, which the replay does not model).
+    """
 
     def __init__(self, config: SimConfig, policy: Policy, prompt_tokens: np.ndarray, mean_tokens: float,
-                 observes_latency: bool) -> None:
-        self.config, self.policy = config, policy
+                 requests: _Requests, observes_latency: bool, priority_first: bool = False) -> None:
+        self.config, self.policy, self.requests = config, policy, requests
         profile = config.profile
         self.prompt_s = (prompt_tokens / profile.prefill_tokens_per_s).tolist()
         self.slots = effective_slots(profile, mean_tokens)
@@ -103,6 +128,16 @@ class _Pool:
         self.prefill_free_at: list[float] = []
         self.last_end: list[float] = []
         self.waiting_exits: list[deque[float]] = []
+        # Priority scheduling: per replica, the waiting (request, requests in flight as it arrived) of each
+        # class, priority first; `due` holds (when the replica's next start can be, replica) for each replica
+        # with a waiting request. The sent-in-order schedule (`fcfs_slots`, `fcfs_prefill`) is the wait a new
+        # standard request would see, which spill-over reads; without priority scheduling it is the schedule.
+        self.priority_first = priority_first
+        self.waiting_by_class: list[tuple[deque[tuple[int, int]], deque[tuple[int, int]]]] = []
+        self.due: list[tuple[float, int]] = []
+        self.queued = 0
+        self.fcfs_slots = [] if priority_first else self.slot_free_at
+        self.fcfs_prefill = [] if priority_first else self.prefill_free_at
         self.completions: list[tuple[float, int]] = []
         self.router_queue: deque[int] = deque()  # requests held while no replica is ready
         self.state: Any = policy.new_state()
@@ -127,19 +162,31 @@ class _Pool:
             self.slot_free_at.append([0.0] * self.slots)
             self.prefill_free_at.append(0.0)
             self.last_end.append(0.0)
+            if self.priority_first:
+                self.fcfs_slots.append([0.0] * self.slots)
+                self.fcfs_prefill.append(0.0)
+                self.waiting_by_class.append((deque(), deque()))
             self.router.add_replica()
 
     def earliest_start_s(self, now: float) -> float:
         """When the least-loaded ready replica could start a new request's prefill (inf: none ready)."""
         best = math.inf
         for r in self.router.routable_ids:
-            start = max(self.slot_free_at[r][0], self.prefill_free_at[r], now)
+            start = max(self.fcfs_slots[r][0], self.fcfs_prefill[r], now)
             if start < best:
                 best = start
         return best
 
-    def serve(self, k: int, now: float, origin: list[float], outputs_minus_one: list[int],
-              ttft: list[float], e2e: list[float]) -> None:
+    def _timing(self, k: int, start: float, in_flight: int) -> tuple[float, float, float]:
+        """(prefill done, first token, last token) of request `k` started at `start`."""
+        itl = self.itl_by_batch[in_flight + 1 if in_flight < self.slots else self.slots]
+        prefill_done = start + self.prompt_s[k]
+        first_token = prefill_done + itl
+        return prefill_done, first_token, first_token + self.requests.outputs_minus_one[k] * itl
+
+    def serve(self, k: int, now: float) -> None:
+        if self.due:
+            self._start_due(now)
         completions, router = self.completions, self.router
         while completions and completions[0][0] <= now:
             router.finish(heappop(completions)[1])
@@ -147,33 +194,89 @@ class _Pool:
             self.router_queue.append(k)
             return
         r = router.pick()
-        heap = self.slot_free_at[r]
-        start = heap[0] if heap[0] > now else now
-        if self.prefill_free_at[r] > start:
-            start = self.prefill_free_at[r]
         in_flight = router.outstanding[r] - 1
-        itl = self.itl_by_batch[in_flight + 1 if in_flight < self.slots else self.slots]
-        prefill_done = start + self.prompt_s[k]
-        first_token = prefill_done + itl
-        end = first_token + outputs_minus_one[k] * itl
-        self.tick_prefill_s += self.prompt_s[k]
+        self.tick_prefill_s += self.prompt_s[k]  # the prefill work sent this tick
+        if not self.priority_first:
+            heap = self.slot_free_at[r]
+            start = heap[0] if heap[0] > now else now
+            if self.prefill_free_at[r] > start:
+                start = self.prefill_free_at[r]
+            self._start(r, k, start, in_flight, now)
+            return
+        heap = self.fcfs_slots[r]
+        prefill_done, _, end = self._timing(k, max(heap[0], self.fcfs_prefill[r], now), in_flight)
         heapreplace(heap, end)
+        self.fcfs_prefill[r] = prefill_done
+        first, second = self.waiting_by_class[r]
+        idle = not first and not second
+        (first if self.requests.priority[k] else second).append((k, in_flight))
+        self.queued += 1
+        if idle:
+            heappush(self.due, (self._next_start_s(r, self.slot_free_at[r], self.prefill_free_at[r]), r))
+            self._start_due(now)
+
+    def _start(self, r: int, k: int, start: float, in_flight: int, now: float) -> None:
+        requests = self.requests
+        prefill_done, first_token, end = self._timing(k, start, in_flight)
+        heapreplace(self.slot_free_at[r], end)
         self.prefill_free_at[r] = prefill_done
-        ttft[k] = first_token - origin[k]
-        e2e[k] = end - origin[k]
+        ttft = requests.ttft[k] = first_token - requests.origin[k]
+        requests.e2e[k] = end - requests.origin[k]
         if self.observes_latency:
-            heappush(self.first_tokens, (first_token, ttft[k]))
+            heappush(self.first_tokens, (first_token, ttft))
         if start > now:
             self.waiting_exits[r].append(start)
-        heappush(completions, (end, r))
+        heappush(self.completions, (end, r))
         if end > self.last_end[r]:
             self.last_end[r] = end
 
+    def _next_start_s(self, r: int, slots: list[float], prefill_free: float) -> float:
+        """When replica `r`'s next waiting request can start: a slot and the prefill free, the request there."""
+        origin = self.requests.origin
+        heads = [origin[queue[0][0]] for queue in self.waiting_by_class[r] if queue]
+        return max(slots[0], prefill_free, min(heads))
+
+    def _next_waiting(self, queues: tuple[deque[tuple[int, int]], ...], when: float) -> deque[tuple[int, int]]:
+        """The class queue whose head starts at `when`: the priority class's, if its head has arrived by then."""
+        first, second = queues
+        return first if first and self.requests.origin[first[0][0]] <= when else second
+
+    def _start_due(self, now: float) -> None:
+        """Start every waiting request whose start is due by `now` (priority scheduling)."""
+        due = self.due
+        while due and due[0][0] <= now:
+            when, r = heappop(due)
+            queues = self.waiting_by_class[r]
+            k, in_flight = self._next_waiting(queues, when).popleft()
+            self.queued -= 1
+            self._start(r, k, when, in_flight, now)
+            if queues[0] or queues[1]:
+                heappush(due, (self._next_start_s(r, self.slot_free_at[r], self.prefill_free_at[r]), r))
+
+    def _drained_end_s(self, r: int) -> float:
+        """When replica `r` ends its last request: its waiting ones started in order, as they will be once
+        no request comes (a replica that stops taking requests)."""
+        queues = self.waiting_by_class[r] if self.priority_first else ((), ())
+        if not queues[0] and not queues[1]:
+            return self.last_end[r]
+        queues = (deque(queues[0]), deque(queues[1]))
+        slots, prefill_free, last = list(self.slot_free_at[r]), self.prefill_free_at[r], self.last_end[r]
+        while queues[0] or queues[1]:
+            when = max(slots[0], prefill_free,
+                       min(self.requests.origin[queue[0][0]] for queue in queues if queue))
+            k, in_flight = self._next_waiting(queues, when).popleft()
+            prefill_free, _, end = self._timing(k, when, in_flight)
+            heapreplace(slots, end)
+            last = max(last, end)
+        return last
+
     def observe(self, now: float, tick_s: float, demand_rps: float) -> Observation:
+        if self.due:
+            self._start_due(now)
         completions, router = self.completions, self.router
         while completions and completions[0][0] <= now:
             router.finish(heappop(completions)[1])
-        waiting = 0
+        waiting = self.queued
         for exits in self.waiting_exits:
             while exits and exits[0] <= now:
                 exits.popleft()
@@ -201,19 +304,18 @@ class _Pool:
     def scale(self, now: float, observation: Observation) -> None:
         self.samples.append(observation)
         desired = self.clamp(self.policy.decide(now, observation, self.state))
-        for replica_id in self.replicas.scale_to(desired, now, self.last_end.__getitem__):
+        for replica_id in self.replicas.scale_to(desired, now, self._drained_end_s):
             self.router.stop_routing(replica_id)
         self._add_serving()
 
-    def promote(self, now: float, origin: list[float], outputs_minus_one: list[int], ttft: list[float],
-                e2e: list[float]) -> None:
+    def promote(self, now: float) -> None:
         promoted = self.replicas.promote_due(now)
         for replica_id in promoted:
             self.router.make_routable(replica_id)
         if promoted:
             queued, self.router_queue = self.router_queue, deque()
             for k in queued:
-                self.serve(k, now, origin, outputs_minus_one, ttft, e2e)
+                self.serve(k, now)
 
     @property
     def end_s(self) -> float:
@@ -238,15 +340,16 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         SimConfig.for_profile(route.profile), slo_ttft_s=config.slo_ttft_s, slo_objective=config.slo_objective,
         min_replicas=route.replicas, max_replicas=route.replicas, seed=config.seed, warmup_s=config.warmup_s)
     tick_s = config.tick_s or policy.tick_s
-    primary = _Pool(config, policy, trace.prompt_tokens, mean_tokens, observes_latency=True)
+    requests = _Requests(origin, outputs_minus_one, priority, [math.nan] * total, [math.nan] * total)
+    priority_first = route.scheduling_policy == "priority"
+    primary = _Pool(config, policy, trace.prompt_tokens, mean_tokens, requests, observes_latency=True,
+                    priority_first=priority_first)
     fallback = _Pool(fallback_config, StaticPolicy(route.replicas, tick_s=tick_s), trace.prompt_tokens, mean_tokens,
-                     observes_latency=False)
+                     requests, observes_latency=False, priority_first=priority_first)
     pools = (primary, fallback)
     may_priority, may_standard = route.policy.may_fall_back(PRIORITY), route.policy.may_fall_back(STANDARD)
     eligible_share = route.priority_share * may_priority + (1.0 - route.priority_share) * may_standard
 
-    ttft = [math.nan] * total
-    e2e = [math.nan] * total
     served_by = [0] * total  # 0: primary, 1: fallback
     state = FallbackState()
     share = 0.0
@@ -258,7 +361,7 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
     def control(now: float, next_tick: float) -> float:
         nonlocal state, share, route_sent
         for pool in pools:
-            pool.promote(now, origin, outputs_minus_one, ttft, e2e)
+            pool.promote(now)
         if now >= next_tick:
             sent, route_sent = route_sent, 0
             demand = sent / tick_s
@@ -306,7 +409,7 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         if pool is fallback:
             served_by[k] = 1
         pool.tick_sent += 1
-        pool.serve(k, now, origin, outputs_minus_one, ttft, e2e)
+        pool.serve(k, now)
         if progress is not None and not k % (1 << 14) and time.perf_counter() - last_report > 2.0:
             progress(now, span)
             last_report = time.perf_counter()
@@ -316,30 +419,28 @@ def run_route_mode(workload: Workload, config: SimConfig, policy: Policy, route:
         next_control = min(next_tick, next_ready())
         if next_control == math.inf or next_control > span + TAIL_LIMIT_S:
             break
-        if next_control > end_s and not primary.router_queue and not fallback.router_queue:
+        if next_control > end_s and not any(pool.router_queue or pool.queued for pool in pools):
             break
         next_tick = control(next_control, next_tick)
         end_s = max(end_s, primary.end_s, fallback.end_s)
 
-    return _route_result(policy.name, config, fallback_config, route, trace.arrival_s, np.array(ttft), np.array(e2e),
+    return _route_result(policy.name, config, fallback_config, route, trace.arrival_s, np.array(requests.ttft),
+                         np.array(requests.e2e),
                          np.array(served_by, dtype=bool), np.array(priority, dtype=bool), primary, fallback, end_s,
                          events, started)
 
 
-def route_for(config: SimConfig, workload: Workload, policy: Policy, profile: PoolProfile, replicas: int,
-              priority_share: float = 0.0, fallback_policy: FallbackPolicy = FallbackPolicy(),
-              spillover_wait_share: float | None = None) -> FallbackRoute:
-    """The route's parameters: the primary's plan (the headroom policy's own, else load-tested) and
-    the fallback profile's capacity per replica at the same SLO, load-tested the same way."""
-    FallbackRoute(profile, replicas, priority_share, spillover_wait_share=spillover_wait_share)  # bad input: before the load tests
+def route_for(config: SimConfig, workload: Workload, policy: Policy, route: FallbackRoute) -> FallbackRoute:
+    """`route` with the primary's plan (the headroom policy's own, else load-tested) and the fallback
+    profile's capacity per replica at the same SLO, load-tested the same way."""
     if isinstance(policy, HeadroomPolicy):
         plan = policy.pool
     else:
         plan = pool_plan_for(config, workload, capacity_rps=measured_capacity_rps(config, workload))
-    fallback_config = dataclasses.replace(SimConfig.for_profile(profile), slo_ttft_s=config.slo_ttft_s,
+    fallback_config = dataclasses.replace(SimConfig.for_profile(route.profile), slo_ttft_s=config.slo_ttft_s,
                                           slo_objective=config.slo_objective, seed=config.seed)
-    return FallbackRoute(profile, replicas, priority_share, fallback_policy, plan,
-                         measured_capacity_rps(fallback_config, workload), spillover_wait_share)
+    return dataclasses.replace(route, primary_plan=plan,
+                               fallback_capacity_rps=measured_capacity_rps(fallback_config, workload))
 
 
 def _attainment(met: np.ndarray, mask: np.ndarray) -> float | None:

@@ -37,8 +37,7 @@ def simulate(
     context = PolicyContext(workload, config, _search_evaluator(workload, config, mode), static_replicas)
     policy = build_policy(policy_name, context)
     if fallback is not None:
-        route = route_for(config, workload, policy, fallback.profile, fallback.replicas, fallback.priority_share,
-                          fallback.policy, fallback.spillover_wait_share)
+        route = route_for(config, workload, policy, fallback)
         return run_route_mode(workload, config, policy, route, progress)
     return MODES[mode](workload, config, policy, progress)
 

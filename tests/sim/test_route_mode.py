@@ -17,7 +17,7 @@ from scaling.sim.replay import main
 from scaling.sim.request_mode import run_request_mode
 from scaling.sim.route_mode import FallbackRoute, run_route_mode
 from scaling.sim.workload import Trace
-from tests.sim.helpers import poisson_trace
+from tests.sim.helpers import ScriptedPolicy, poisson_trace
 
 PRIMARY = get_profile("llama-3.1-8b-h100")
 FALLBACK = get_profile("llama-3.2-1b-l4")
@@ -26,8 +26,9 @@ PLAN = PoolPlan(capacity_rps_per_replica=20.0, max_replicas=10, slo_latency_s=1.
                 cold_start_p95_s=90.0)
 
 
-def route(replicas: int = 4, priority_share: float = 0.0, spillover: float | None = None, **policy) -> FallbackRoute:
-    return FallbackRoute(FALLBACK, replicas, priority_share, FallbackPolicy(**policy), PLAN, 20.0, spillover)
+def route(replicas: int = 4, priority_share: float = 0.0, spillover: float | None = None, scheduling: str = "fcfs",
+          **policy) -> FallbackRoute:
+    return FallbackRoute(FALLBACK, replicas, priority_share, FallbackPolicy(**policy), PLAN, 20.0, spillover, scheduling)
 
 
 def surge_trace() -> Trace:
@@ -105,6 +106,45 @@ def test_the_priority_class_never_falls_back():
     assert set(some.slo_attainment_by_class) == {"priority", "standard"}
 
 
+def two_bursts_trace() -> Trace:
+    """2 req/s for 120 s, and at 30 s and at the very end a burst of 300 requests within half a second:
+    about 10 s of prefill each for one replica of the primary."""
+    base = poisson_trace(2.0, 120.0, seed=6).arrival_s
+    bursts = [start + np.random.default_rng(7).uniform(0.0, 0.5, 300) for start in (30.0, 119.5)]
+    arrivals = np.sort(np.concatenate([base, *bursts]))
+    return Trace("two bursts", arrivals, np.full(len(arrivals), 500), np.full(len(arrivals), 100))
+
+
+def test_priority_scheduling_starts_the_priority_class_first():
+    """vLLM's `--scheduling-policy priority`: the burst's priority requests wait only for the prefill in
+    progress and for each other, not for the standard requests queued before them."""
+    trace, one = two_bursts_trace(), replace(CONFIG, max_replicas=1)
+    fcfs = run_route_mode(trace, one, StaticPolicy(1), route(priority_share=0.05))
+    first = run_route_mode(trace, one, StaticPolicy(1), route(priority_share=0.05, scheduling="priority"))
+    assert fcfs.slo_attainment_by_class["priority"] < 0.6
+    assert first.slo_attainment_by_class["priority"] == 1.0
+    # The standard class pays for it: the same work, in another order.
+    assert first.slo_attainment_by_class["standard"] <= fcfs.slo_attainment_by_class["standard"]
+    assert first.served == fcfs.served == fcfs.requests  # the last burst's too, after the trace's end
+    assert first.pools["primary"]["gpu_hours"] == fcfs.pools["primary"]["gpu_hours"]
+
+
+def test_priority_scheduling_without_priority_requests_is_first_come_first_served():
+    """With no request of the priority class the two policies are the same schedule, to the bit, also when
+    replicas stop taking requests while theirs still wait (a stopping replica is billed until its last
+    waiting request ends) and when spill-over reads the primary's wait."""
+    trace = bursty_trace()
+    shrinking = ScriptedPolicy(((0.0, 3), (301.0, 1), (451.0, 3)))  # 301 s: in the first burst's queue
+    for spillover in (None, 0.2):
+        runs = [run_route_mode(trace, CONFIG, shrinking, route(spillover=spillover, scheduling=scheduling)).as_json()
+                for scheduling in ("fcfs", "priority")]
+        for run in runs:
+            run.pop("wall_s")
+        assert runs[0]["fallback_share"] > 0.0 and runs[0]["cold_starts"] > 0
+        assert spillover or runs[0]["slo_attainment"] < 0.95  # requests waited: the order mattered
+        assert runs[1] == runs[0]
+
+
 def test_bad_route_parameters_are_refused():
     with pytest.raises(ValueError, match="--fallback-replicas"):
         FallbackRoute(FALLBACK, 0)
@@ -112,6 +152,8 @@ def test_bad_route_parameters_are_refused():
         FallbackRoute(FALLBACK, 2, 1.5)
     with pytest.raises(ValueError, match="--fallback-spillover"):
         FallbackRoute(FALLBACK, 2, 0.0, spillover_wait_share=0.0)
+    with pytest.raises(ValueError, match="--scheduling-policy must be one of fcfs, priority"):
+        FallbackRoute(FALLBACK, 2, 0.0, scheduling_policy="lifo")
 
 
 # ---------------------------------------------------------------------------- the CLI
@@ -163,6 +205,8 @@ def test_the_replay_json_adds_the_fallback_fields(traces_dir, capsys):
     (["--fallback", "gpt-9"], "invalid choice: 'gpt-9'"),
     (["--fallback-spillover", "0.2"], "--fallback-spillover needs --fallback PROFILE"),
     (["--fallback", "llama-3.2-1b-l4", "--fallback-spillover", "0"], "--fallback-spillover must be positive"),
+    (["--scheduling-policy", "priority"], "--scheduling-policy needs --fallback PROFILE"),
+    (["--fallback", "llama-3.2-1b-l4", "--scheduling-policy", "lifo"], "invalid choice: 'lifo'"),
 ])
 def test_bad_fallback_flags_are_an_error_naming_the_flag(traces_dir, capsys, args, message):
     assert main(_args(traces_dir, ["--trace", "{conv}", "--policy", "static", *args])) == 2
