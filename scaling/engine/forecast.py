@@ -67,6 +67,7 @@ TREND_ALPHA = 0.5  # level smoothing
 TREND_BETA = 0.3  # trend smoothing
 TREND_PHI = 0.9  # damping per step: the trend adds at most phi / (1 - phi) = 9 steps of slope
 LOG_SHIFT_FRACTION = 0.1  # shift = 10 % of the mean rate over the residual window, so zero rates stay finite
+NO_SCALE_SHIFT = 1e-9  # the shift of a window without traffic
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,14 @@ def _median_ratio(ratios: np.ndarray) -> float:
 
 
 def _log_shift(mean_rate: float) -> float:
-    return max(LOG_SHIFT_FRACTION * (mean_rate if math.isfinite(mean_rate) else 0.0), 1e-9)
+    return max(LOG_SHIFT_FRACTION * (mean_rate if math.isfinite(mean_rate) else 0.0), NO_SCALE_SHIFT)
+
+
+def _has_scale(shift: float) -> bool:
+    """A forecast made while the window had traffic: its error has a scale to be measured against. One
+    made from a silent window (a new pool's first minutes, a pool back from days at zero) would measure
+    the first requests against 1e-9 and keep a p90 a billion times the rate for the residual window."""
+    return shift > NO_SCALE_SHIFT
 
 
 def _trend_update(level: np.ndarray, trend: np.ndarray, y: float, alpha: np.ndarray, beta: np.ndarray,
@@ -319,7 +327,8 @@ def calibrate_upper(values: np.ndarray, expected: np.ndarray, horizon: int, step
         origin = t - horizon
         if origin >= 0 and np.isfinite(values[t]) and np.isfinite(expected[origin]):
             shift = shifts[origin]
-            residuals.append(math.log(values[t] + shift) - math.log(max(expected[origin], 0.0) + shift))
+            if _has_scale(shift):
+                residuals.append(math.log(values[t] + shift) - math.log(max(expected[origin], 0.0) + shift))
             if np.isfinite(upper[origin]):
                 alpha = _aci_step(alpha, values[t] > upper[origin])
         if np.isfinite(expected[t]):
@@ -477,7 +486,8 @@ class OnlineForecast:
         if t >= self.horizon and len(self.origins) == self.horizon:
             made, upper, shift = self.origins[0]
             if math.isfinite(y) and math.isfinite(made):
-                self.residuals.append(math.log(y + shift) - math.log(max(made, 0.0) + shift))
+                if _has_scale(shift):
+                    self.residuals.append(math.log(y + shift) - math.log(max(made, 0.0) + shift))
                 if math.isfinite(upper):
                     self.alpha = _aci_step(self.alpha, y > upper)
         shift = _log_shift(_window_mean(np.array(self.values[-self.window:])))
