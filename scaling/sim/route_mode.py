@@ -212,7 +212,8 @@ class _Pool:
         (first if self.requests.priority[k] else second).append((k, in_flight))
         self.queued += 1
         if idle:
-            heappush(self.due, (self._next_start_s(r, self.slot_free_at[r], self.prefill_free_at[r]), r))
+            heappush(self.due, (self._next_start_s(self.waiting_by_class[r], self.slot_free_at[r],
+                                                   self.prefill_free_at[r]), r))
             self._start_due(now)
 
     def _start(self, r: int, k: int, start: float, in_flight: int, now: float) -> None:
@@ -230,11 +231,12 @@ class _Pool:
         if end > self.last_end[r]:
             self.last_end[r] = end
 
-    def _next_start_s(self, r: int, slots: list[float], prefill_free: float) -> float:
-        """When replica `r`'s next waiting request can start: a slot and the prefill free, the request there."""
+    def _next_start_s(self, queues: tuple[deque[tuple[int, int]], ...], slots: list[float],
+                      prefill_free: float) -> float:
+        """When a replica's next waiting request (in `queues`) can start: a slot and the prefill free, the
+        request there."""
         origin = self.requests.origin
-        heads = [origin[queue[0][0]] for queue in self.waiting_by_class[r] if queue]
-        return max(slots[0], prefill_free, min(heads))
+        return max(slots[0], prefill_free, min(origin[queue[0][0]] for queue in queues if queue))
 
     def _next_waiting(self, queues: tuple[deque[tuple[int, int]], ...], when: float) -> deque[tuple[int, int]]:
         """The class queue whose head starts at `when`: the priority class's, if its head has arrived by then."""
@@ -251,7 +253,7 @@ class _Pool:
             self.queued -= 1
             self._start(r, k, when, in_flight, now)
             if queues[0] or queues[1]:
-                heappush(due, (self._next_start_s(r, self.slot_free_at[r], self.prefill_free_at[r]), r))
+                heappush(due, (self._next_start_s(queues, self.slot_free_at[r], self.prefill_free_at[r]), r))
 
     def _drained_end_s(self, r: int) -> float:
         """When replica `r` ends its last request: its waiting ones started in order, as they will be once
@@ -262,8 +264,7 @@ class _Pool:
         queues = (deque(queues[0]), deque(queues[1]))
         slots, prefill_free, last = list(self.slot_free_at[r]), self.prefill_free_at[r], self.last_end[r]
         while queues[0] or queues[1]:
-            when = max(slots[0], prefill_free,
-                       min(self.requests.origin[queue[0][0]] for queue in queues if queue))
+            when = self._next_start_s(queues, slots, prefill_free)
             k, in_flight = self._next_waiting(queues, when).popleft()
             prefill_free, _, end = self._timing(k, when, in_flight)
             heapreplace(slots, end)
