@@ -1,7 +1,9 @@
 """An emulated vLLM engine core: continuous batching in model time.
 
 At most `max_num_seqs` requests run (and only while their tokens fit the KV cache); the rest wait,
-which is what `vllm:num_requests_waiting` counts. Each engine step emits one token for every
+which is what `vllm:num_requests_waiting` counts; they are admitted oldest first, or with
+`scheduling_policy="priority"` (vLLM's `--scheduling-policy priority`) by their `priority` (lower
+first), then age. Each engine step emits one token for every
 running request and lasts `inter_token_seconds(batch)`, plus the prefill of the requests admitted
 in that step (`prefill_seconds`), both from the simulator's pool profile. The engine thread runs
 lazily: it wakes every few milliseconds and replays every step that has ended since, so a fast
@@ -17,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from scaling.sim.profiles import PoolProfile, inter_token_seconds, prefill_seconds
+from scaling.sim.route_mode import SCHEDULING_POLICIES
 
 from sandbox.clock import Clock
 from sandbox.vllm_metrics import FinishedRequest, VllmMetrics
@@ -32,6 +35,7 @@ class EngineRequest:
     prompt_tokens: int
     max_tokens: int
     arrival: float  # model seconds
+    priority: int = 0  # vLLM's request priority: lower is admitted first under priority scheduling
     request_id: int = field(default_factory=lambda: next(_request_ids))
     admitted: float | None = None
     first_token: float | None = None
@@ -60,8 +64,12 @@ class _Step:
 
 
 class Engine:
-    def __init__(self, profile: PoolProfile, metrics: VllmMetrics, clock: Clock) -> None:
+    def __init__(self, profile: PoolProfile, metrics: VllmMetrics, clock: Clock,
+                 scheduling_policy: str = "fcfs") -> None:
+        if scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"--scheduling-policy must be one of {', '.join(SCHEDULING_POLICIES)}")
         self.profile = profile
+        self.scheduling_policy = scheduling_policy
         self.metrics = metrics
         self.clock = clock
         self.slowdown = 1.0  # fault knob: every step takes this many times longer
@@ -114,11 +122,11 @@ class Engine:
             self._cond.notify_all()
 
     # --- requests --------------------------------------------------------------------------
-    def submit(self, prompt_tokens: int, max_tokens: int) -> EngineRequest:
+    def submit(self, prompt_tokens: int, max_tokens: int, priority: int = 0) -> EngineRequest:
         with self._cond:
             if self._stopped:
                 raise RuntimeError("engine is stopped")
-            request = EngineRequest(prompt_tokens, max_tokens, arrival=self.clock.now())
+            request = EngineRequest(prompt_tokens, max_tokens, arrival=self.clock.now(), priority=priority)
             self._waiting.append(request)
             self._publish_load()
             self._cond.notify_all()
@@ -209,17 +217,26 @@ class Engine:
         admitted: list[EngineRequest] = []
         kv_used = sum(r.kv_tokens for r in self._running)
         while self._waiting and len(self._running) < self.profile.max_num_seqs:
-            candidate = self._waiting[0]
+            candidate = self._next_waiting()
             if candidate.arrival > self._time:
                 break
             if self._running and kv_used + candidate.prompt_tokens + 1 > self.profile.kv_cache_tokens:
                 break  # KV cache full: wait for running requests to finish
-            self._waiting.popleft()
+            self._waiting.remove(candidate)
             candidate.admitted = self._time
             kv_used += candidate.prompt_tokens
             self._running.append(candidate)
             admitted.append(candidate)
         return admitted
+
+    def _next_waiting(self) -> EngineRequest:
+        """The waiting request the scheduler admits next: the oldest, or under priority scheduling the
+        lowest (priority, arrival) among those arrived by the engine's time."""
+        oldest = self._waiting[0]
+        if self.scheduling_policy != "priority":
+            return oldest
+        arrived = [r for r in self._waiting if r.arrival <= self._time]
+        return min(arrived, key=lambda r: (r.priority, r.arrival)) if arrived else oldest
 
     def _complete_step(self, step: _Step) -> None:
         self._time = step.end

@@ -77,13 +77,13 @@ class Fleet:
 
     def add_replica(self, model_name: str | None = None, *, profile: PoolProfile | None = None,
                     cold_start_s: float = 0.0, pool: str = "default", name: str | None = None,
-                    max_model_len: int = 32768) -> EmulatedReplica:
+                    max_model_len: int = 32768, scheduling_policy: str = "fcfs") -> EmulatedReplica:
         """Add one replica serving `model_name` (default: the profile's model)."""
         profile = profile or get_profile(DEFAULT_PROFILE)
         replica = EmulatedReplica(
             name=name or f"{pool.rpartition('/')[2]}-{next(self._names)}", model_name=model_name or profile.model,
             profile=profile, clock=self.clock, cold_start_s=cold_start_s, pool=pool,
-            max_model_len=max_model_len,
+            max_model_len=max_model_len, scheduling_policy=scheduling_policy,
         )
         with self._lock:
             self._replicas.append(replica)

@@ -16,7 +16,8 @@ an inference gateway falls back on a per-request timeout): an eligible request t
 primary whose chosen replica would start it more than `spill_after_s` model seconds late goes to the
 fallback's least-loaded replica instead (`scaling.engine.spillover`, the replay's rule). The wait is
 estimated from the replica's waiting and running requests and its full-batch completion rate, as vLLM
-exports them.
+exports them. A request of the priority class sent to a replica that runs vLLM's priority scheduling gets
+the priority `PRIORITY_BY_CLASS` gives it, unless it states its own.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from scaling.engine.fallback import STANDARD
+from scaling.engine.fallback import PRIORITY, STANDARD
 from scaling.engine.spillover import queued_start_wait_s, spills
 
 from sandbox.fleet import replica_capacity_rps
@@ -40,6 +41,9 @@ from sandbox.replica import EmulatedReplica
 UPSTREAM_TIMEOUT_S = 600.0
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
 CLASS_HEADER = "x-request-class"
+# The vLLM request `priority` the gateway sets for a class on a replica that runs `--scheduling-policy
+# priority` (lower is admitted first; a request without one has 0), unless the request sets its own.
+PRIORITY_BY_CLASS = {PRIORITY: -1}
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,8 @@ class _Handler(QuietHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         gateway = self.server.gateway
-        pool, replica = gateway.route((self.headers.get(CLASS_HEADER) or STANDARD).strip().lower())
+        request_class = (self.headers.get(CLASS_HEADER) or STANDARD).strip().lower()
+        pool, replica = gateway.route(request_class)
         if pool is None or replica is None:
             self._reply(503, "no healthy upstream")
             return
@@ -164,6 +169,8 @@ class _Handler(QuietHandler):
             document = json.loads(body or b"{}")
             if isinstance(document, dict):
                 document["model"] = pool.served_model
+                if request_class in PRIORITY_BY_CLASS and replica.scheduling_policy == "priority":
+                    document.setdefault("priority", PRIORITY_BY_CLASS[request_class])
                 body = json.dumps(document).encode()
         except json.JSONDecodeError:
             pass  # let the replica answer the bad request itself

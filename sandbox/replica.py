@@ -70,7 +70,7 @@ class _Server(QuietHTTPServer):
 class EmulatedReplica:
     def __init__(self, *, name: str, model_name: str, profile: PoolProfile, clock: ModelClock | ManualClock,
                  cold_start_s: float = 0.0, pool: str = "", max_model_len: int = 32768,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, scheduling_policy: str = "fcfs") -> None:
         self.name = name
         self.model_name = model_name
         self.profile = profile
@@ -86,7 +86,8 @@ class EmulatedReplica:
         self.started_at = 0.0  # model time of the last (re)start
         self.state = ReplicaState.STOPPED
         self.metrics = self._new_metrics()
-        self.engine = Engine(profile, self.metrics, clock)
+        self.scheduling_policy = scheduling_policy  # vLLM's --scheduling-policy
+        self.engine = Engine(profile, self.metrics, clock, scheduling_policy)
         self._server: _Server | None = None
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -143,7 +144,7 @@ class EmulatedReplica:
             self.restarts += 1
             self.sleep_level = 0
             self.metrics = self._new_metrics()
-            self.engine = Engine(self.profile, self.metrics, self.clock)
+            self.engine = Engine(self.profile, self.metrics, self.clock, self.scheduling_policy)
         try:
             self.start()
         except OSError:  # someone took the port meanwhile: come back on another one

@@ -220,6 +220,12 @@ class VllmRequestHandler(QuietHandler):
                            f"This model's maximum context length is {replica.max_model_len} tokens. However, "
                            f"you requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the "
                            f"messages, {max_tokens} in the completion).")
+        priority = body.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ApiError(400, "BadRequestError", "priority must be an integer", "priority")
+        if priority and replica.scheduling_policy != "priority":
+            raise ApiError(400, "BadRequestError",
+                           f"Got priority {priority} but Priority scheduling is not enabled.", "priority")
         faults = replica.faults
         if faults.error_rate and random.random() < faults.error_rate:
             raise ApiError(500, "InternalServerError", "injected fault: internal server error")
@@ -227,7 +233,7 @@ class VllmRequestHandler(QuietHandler):
         if limit is not None and replica.metrics.waiting >= limit:
             replica.metrics.record_rejection("max_num_queued_reqs")
             raise ApiError(503, "ServiceUnavailableError", "the request queue is full")
-        request = replica.engine.submit(prompt_tokens, max_tokens)
+        request = replica.engine.submit(prompt_tokens, max_tokens, priority)
         completion = _Completion(replica.model_name, chat, prompt_tokens)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

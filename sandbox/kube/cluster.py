@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from scaling.sim.profiles import PoolProfile
+from scaling.sim.route_mode import SCHEDULING_POLICIES
 
 from sandbox.fleet import Fleet
 from sandbox.kube import resources as res
@@ -45,6 +46,7 @@ class PoolSpec:
     keda: bool = False  # create a ScaledObject that owns the Deployment's replica range
     min_replicas: int = 0
     max_replicas: int = 20
+    scheduling_policy: str = "fcfs"  # vLLM's --scheduling-policy, in the Deployment's container args
 
     @property
     def served_model(self) -> str:
@@ -221,7 +223,8 @@ class SandboxCluster:
         pod_name = f"{spec.name}-{template_hash}-{secrets.token_hex(3)[:5]}"
         cold_start = spec.profile.cold_start_p50_s if spec.cold_start_s is None else spec.cold_start_s
         replica = self.fleet.add_replica(spec.served_model, profile=spec.profile, cold_start_s=cold_start,
-                                         pool=f"{spec.namespace}/{spec.name}", name=pod_name)
+                                         pool=f"{spec.namespace}/{spec.name}", name=pod_name,
+                                         scheduling_policy=_scheduling_policy(deployment))
         return _PodRecord(replica, pod_name)
 
     def _ensure_namespace(self, namespace: str) -> None:
@@ -252,6 +255,19 @@ class SandboxCluster:
 
 
 # --- object builders -----------------------------------------------------------------------
+def _scheduling_policy(deployment: Object) -> str:
+    """The `--scheduling-policy` of the Deployment's vLLM container, as vLLM parses its arguments
+    (`--scheduling-policy priority` or `--scheduling-policy=priority`); fcfs when absent or unknown."""
+    containers = deployment["spec"]["template"]["spec"].get("containers") or [{}]
+    args = [str(a) for a in containers[0].get("args") or []]
+    for i, arg in enumerate(args):
+        name, _, value = arg.partition("=")
+        if name == "--scheduling-policy":
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            return value if value in SCHEDULING_POLICIES else "fcfs"
+    return "fcfs"
+
+
 def _template_hash(deployment: Object) -> str:
     template = json.dumps(deployment["spec"]["template"], sort_keys=True).encode()
     return hashlib.sha256(template).hexdigest()[:10]
@@ -271,7 +287,9 @@ def _deployment_object(spec: PoolSpec) -> Object:
                 "metadata": {"labels": dict(spec.labels)},
                 "spec": {"containers": [{
                     "name": "vllm", "image": "vllm/vllm-openai:v0.32.0",
-                    "args": ["--model", spec.served_model, "--max-num-seqs", str(spec.profile.max_num_seqs)],
+                    "args": ["--model", spec.served_model, "--max-num-seqs", str(spec.profile.max_num_seqs),
+                             *(["--scheduling-policy", spec.scheduling_policy]
+                               if spec.scheduling_policy != "fcfs" else [])],
                     "ports": [{"containerPort": 8000, "name": "http", "protocol": "TCP"}],
                     "resources": {"limits": {"nvidia.com/gpu": str(spec.profile.gpus_per_replica)}},
                     "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}},
