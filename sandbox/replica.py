@@ -141,7 +141,6 @@ class EmulatedReplica:
         """The container restarts in place: same port if still free, fresh process, another cold start."""
         self._shut(ReplicaState.STOPPED)
         with self._lock:
-            self.restarts += 1
             self.sleep_level = 0
             self.metrics = self._new_metrics()
             self.engine = Engine(self.profile, self.metrics, self.clock, self.scheduling_policy)
@@ -150,6 +149,10 @@ class EmulatedReplica:
         except OSError:  # someone took the port meanwhile: come back on another one
             self.port = 0
             self.start()
+        with self._lock:
+            # Counted once the new process is loading: whoever sees the count also finds its cold start on
+            # the clock (a stepped clock advanced in between would otherwise never reach it).
+            self.restarts += 1
 
     def _shut(self, final_state: ReplicaState) -> None:
         with self._lock:
