@@ -129,8 +129,9 @@ class SandboxRun:
     replicas: ReplicaLog
     spec: Any  # the primary pool's
     fallback_spec: Any = None
-    spilled: int = 0  # requests the gateway spilled over to the fallback
+    spilled: int = 0  # attempts the gateway spilled over to the fallback (a retried request's each)
     spill_after_s: float | None = None  # model seconds; None: no spill-over
+    retries: int = 0  # the clients' attempts after a timeout, connection error or 5xx
 
 
 Controller = Callable[[threading.Event, _Clock, Sandbox], None]
@@ -213,12 +214,13 @@ def _run_in_sandbox(options: HeadlessOptions, policy: str, controller: Controlle
         stop.set()
         for thread in threads:
             thread.join(30)
-        records = sandbox.traffic.report().records if sandbox.traffic else []
+        traffic = sandbox.traffic.report() if sandbox.traffic else None
     finally:
         stop.set()
         sandbox.stop()
-    return SandboxRun(clock, records, replicas, sandbox.primary_specs[0], sandbox.fallback_spec,
-                      sandbox.gateway.spilled, config.spill_after_s)
+    return SandboxRun(clock, traffic.records if traffic else [], replicas, sandbox.primary_specs[0],
+                      sandbox.fallback_spec, sandbox.gateway.spilled, config.spill_after_s,
+                      traffic.retries if traffic else 0)
 
 
 def _gpu_hours(run: SandboxRun, spec: Any) -> float:
@@ -247,7 +249,9 @@ def _scores(run: SandboxRun, speed: float, second_tick_s: float) -> dict[str, An
     specs = [run.spec] + ([run.fallback_spec] if run.fallback_spec is not None else [])
     gpu_hours = sum(_gpu_hours(run, spec) for spec in specs)
     cost = sum(_gpu_hours(run, spec) * spec.profile.gpu_hour_usd for spec in specs)
-    return {**_latency(run.records, speed, SLO_TTFT_S),
+    latency = _latency(run.records, speed, SLO_TTFT_S)
+    latency["requests"]["retries"] = run.retries
+    return {**latency,
             # Both runs are cut at Headroom's second tick: the same requests on both sides.
             "second_tick_after_surge_s": second_tick_s,
             "slo_attainment_after_second_tick": slo_attainment_from(run.records, speed, SLO_TTFT_S, second_tick_s),
