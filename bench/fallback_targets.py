@@ -27,8 +27,8 @@ from headroom_suite import workload_for  # noqa: E402 (bench/ is the script's di
 
 from scaling.engine.fallback import FallbackPolicy
 from scaling.sim.config import SimConfig
-from scaling.sim.profiles import DEFAULT_PROFILE, get_profile
-from scaling.sim.route_mode import SCHEDULING_POLICIES, FallbackRoute
+from scaling.sim.profiles import DEFAULT_PROFILE, SCHEDULING_POLICIES, get_profile
+from scaling.sim.route_mode import FallbackRoute
 from scaling.sim.runner import simulate
 
 FALLBACK_PROFILE = "llama-3.2-1b-l4"

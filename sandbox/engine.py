@@ -18,8 +18,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from scaling.sim.profiles import PoolProfile, inter_token_seconds, prefill_seconds
-from scaling.sim.route_mode import SCHEDULING_POLICIES
+from scaling.sim.profiles import SCHEDULING_POLICIES, PoolProfile, inter_token_seconds, prefill_seconds
 
 from sandbox.clock import Clock
 from sandbox.vllm_metrics import FinishedRequest, VllmMetrics

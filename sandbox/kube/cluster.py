@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from scaling.sim.profiles import PoolProfile
-from scaling.sim.route_mode import SCHEDULING_POLICIES
+from scaling.sim.profiles import SCHEDULING_POLICIES, PoolProfile
 
 from sandbox.fleet import Fleet
 from sandbox.kube import resources as res

@@ -64,6 +64,8 @@ PROFILES: dict[str, PoolProfile] = {
 }
 
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
+# vLLM's --scheduling-policy values the replay and the sandbox model: arrival order, or priority first.
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
 def get_profile(name: str) -> PoolProfile:

@@ -18,8 +18,8 @@ from typing import Sequence
 from scaling.sim.config import ClientConfig, ColdStart, SimConfig
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace
 from scaling.sim.policies import ALIASES, POLICIES
-from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
-from scaling.sim.route_mode import SCHEDULING_POLICIES, FallbackRoute
+from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, SCHEDULING_POLICIES, get_profile
+from scaling.sim.route_mode import FallbackRoute
 from scaling.sim.runner import MODES, simulate
 from scaling.sim.transforms import rate_scale, surge, time_scale, time_shift
 from scaling.sim.workload import Workload

@@ -37,14 +37,13 @@ from scaling.sim.lifecycle import ReplicaSet
 from scaling.sim.policies.base import LATENCY_WINDOW_S, Observation, Policy
 from scaling.sim.policies.headroom import HeadroomPolicy, measured_capacity_rps, pool_plan_for, signals_of
 from scaling.sim.policies.static import StaticPolicy
-from scaling.sim.profiles import PoolProfile, inter_token_seconds
+from scaling.sim.profiles import SCHEDULING_POLICIES, PoolProfile, inter_token_seconds
 from scaling.sim.request_mode import ProgressFn
 from scaling.sim.result import Percentiles, SimResult, pool_costs
 from scaling.sim.router import LeastOutstandingRouter
 from scaling.sim.workload import Workload
 
 TAIL_LIMIT_S = 86_400.0
-SCHEDULING_POLICIES = ("fcfs", "priority")  # vLLM's --scheduling-policy values the replay models
 CLASS_SEED = 0x5EED  # the class and split draws use their own stream: the trace's draws stay as they are
 
 
