@@ -259,9 +259,9 @@ def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: floa
     return near, ForecastPoint(far.horizon_s, peak.expected_rps, max(near.p90_rps, far.p90_rps)), recent, state
 
 
-def recent_peak_rps(recent: np.ndarray) -> float | None:
-    """The highest 1-minute bin of the last PEAK_WINDOW_S (None when none is known)."""
-    window = recent[-int(PEAK_WINDOW_S / FORECAST_BIN_S):]
+def recent_peak_rps(recent: np.ndarray, window_s: float = PEAK_WINDOW_S) -> float | None:
+    """The highest 1-minute bin of the last `window_s` (None when none is known)."""
+    window = recent[-max(int(window_s / FORECAST_BIN_S), 1):]
     finite = window[np.isfinite(window)]
     return float(finite.max()) if finite.size else None
 
@@ -296,6 +296,7 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
                                               pool.cold_start_p95_s),
         forecast_lead=lead, forecast_peak=peak, windows=windows,
         approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent), served_rate=served_rate,
+        lead_peak_rps=recent_peak_rps(recent, pool.lead_peak_window_s),
     )
     decision = planner.plan(inputs, pool, state.planner)
     return Step(decision, inputs, recent, DecideState(decision.state, state.seasonal, state.lead, state.long,

@@ -120,6 +120,10 @@ class PoolPlan:
     # The forecast's upper band is believed up to this multiple of the recent peak (on/off traffic
     # makes a log-scale band explode; a ramp still gets room to grow).
     recent_peak_factor: float = default("recent_peak_factor")
+    # ...the peak of this recent past (`PlanInput.lead_peak_rps`). After a surge the band stays as wide as
+    # the surge's errors for as long as the forecaster remembers them (an hour); capped by the surge's own
+    # peak for 30 minutes, a code pool held its surge size for a quarter of an hour after the surge ended.
+    lead_peak_window_s: float = default("lead_peak_window_s")
     # Online capacity correction (multiplicative, bounded; only learned under real load).
     correction_min: float = default("correction_min")
     correction_max: float = default("correction_max")
@@ -161,11 +165,12 @@ class PlanInput:
     forecast_peak: ForecastPoint | None = None  # the largest forecast within pool.prescale_horizon_s
     windows: tuple[ScheduleWindow, ...] = ()
     approved_floor: int = 0  # an approved pre-scale the caller is holding (replicas), 0 for none
-    recent_peak_rps: float | None = None  # highest observed rate over the last prescale horizon
+    recent_peak_rps: float | None = None  # highest observed 1-minute rate of the last 30 minutes
     # The rate the pool's own replicas were sent, where `signals` holds the route's demand and a fallback
     # takes a share of it: the capacity correction learns latency against the load the replicas carried.
     # None: the signals' request rate is what they carried.
     served_rate: Reading | None = None
+    lead_peak_rps: float | None = None  # highest observed 1-minute rate of the last `pool.lead_peak_window_s`
 
 
 @dataclass(frozen=True)
@@ -423,13 +428,15 @@ def predictive_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, read
         return Term(PREDICTIVE, None, {"lead_s": pool.lead_s})
     credited = sum(1 for ready_in in inputs.arriving_ready_in_s if ready_in <= pool.lead_s)
     planned_rps = forecast.p90_rps
-    if inputs.recent_peak_rps is not None and math.isfinite(inputs.recent_peak_rps):
+    lately = inputs.lead_peak_rps
+    if lately is not None and math.isfinite(lately):
         # An upper band past both the expected value and anything seen lately is the forecast's
-        # uncertainty about on/off traffic, not evidence of load: plan for the recent peak.
-        planned_rps = min(planned_rps, max(forecast.expected_rps, inputs.recent_peak_rps) * pool.recent_peak_factor)
+        # uncertainty about on/off traffic, not evidence of load: plan for the peak seen lately.
+        planned_rps = min(planned_rps, max(forecast.expected_rps, lately) * pool.recent_peak_factor)
     return Term(PREDICTIVE, _replicas_for(planned_rps, capacity_rps), {
         "p90_rps": forecast.p90_rps, "planned_rps": planned_rps, "expected_rps": forecast.expected_rps,
-        "recent_peak_rps": inputs.recent_peak_rps if inputs.recent_peak_rps is not None else math.nan,
+        "lead_peak_rps": lately if lately is not None else math.nan,
+        "lead_peak_window_s": pool.lead_peak_window_s,
         "horizon_s": forecast.horizon_s,
         "lead_s": pool.lead_s, "capacity_rps_per_replica": capacity_rps,
         "ready_replicas": float(ready or 0), "arriving_ready_by_lead": float(credited),

@@ -1,6 +1,7 @@
 """The one decide step's pieces: history bins, arriving credit, persisted state, approvals in replay."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -231,3 +232,44 @@ def test_a_pool_whose_lead_time_changed_gets_a_forecaster_for_the_new_one():
     assert state.lead.forecaster.horizon == 2
     lead, _, _, state = decide.forecasts(history, slow, 3015.0, 10.0, state)
     assert state.lead.forecaster.horizon == round(slow.lead_s / 60) and lead.horizon_s == slow.lead_s
+
+
+def _predictive_replicas_around_a_surge(pool: planner.PoolPlan) -> dict[int, int]:
+    """The predictive term's replicas at each minute of 100 minutes of on/off traffic (a third of the
+    minutes silent, the others about 5 req/s) with a 10x surge in minutes 60-70, decided every 15 s
+    by the decide step with the pool at its target."""
+    rng = np.random.default_rng(7)
+    base = np.where(rng.random(100) < 1 / 3, 0.0, 5.0 * rng.lognormal(0.0, 0.5, 100))
+    history, state, replicas = _Recorded(), decide.DecideState(), 1
+    by_minute = {}
+    for tick in range(1, 100 * 4):
+        now = tick * 15.0
+        minute = int(now // 60.0)
+        rate = float(base[minute] * (10.0 if 60 <= minute < 70 else 1.0))
+        signals = PoolSignals(pool="p", queue_depth=Reading(0.0, now), request_rate_rps=Reading(rate, now),
+                              ready_replicas=Reading(float(replicas), now), desired_replicas=Reading(float(replicas), now),
+                              arriving_replicas=Reading(0.0, now))
+        step = decide.decide(now, signals, pool, state, history)
+        state = step.state
+        history.times.append(now)
+        history.rates.append(rate)
+        replicas = step.decision.target_replicas or replicas
+        if tick % 4 == 0:
+            by_minute[minute] = step.decision.term(planner.PREDICTIVE).replicas
+    return by_minute
+
+
+def test_a_surge_that_ended_stops_sizing_the_pool_once_it_is_past_the_lead_peak_window():
+    """On on/off traffic the lead-time band stays as wide as the surge's errors for as long as the
+    forecaster remembers them; only the peak seen lately caps it. Capped by the 30-minute peak (until
+    session 12) the predictive term kept asking for the surge's size for half an hour after it."""
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=100)
+    by_minute = _predictive_replicas_around_a_surge(pool)
+    before = max(by_minute[m] for m in range(30, 60))
+    in_surge = max(by_minute[m] for m in range(60, 72))
+    assert in_surge > 3 * before
+    settled = 80  # ten minutes after the surge
+    assert max(by_minute[m] for m in range(settled, 100)) <= before
+    # A 30-minute window (the old cap) still sizes for the surge there.
+    old = _predictive_replicas_around_a_surge(dataclasses.replace(pool, lead_peak_window_s=1800.0))
+    assert max(old[m] for m in range(settled, 100)) > 2 * before

@@ -42,7 +42,8 @@ def signals(ready: int = 4, arriving: int = 0, desired: int | None = None, queue
 
 def inputs(sig: PoolSignals | None = None, lead: tuple[float, float] | None = (30.0, 36.0),
            peak: tuple[float, float] | None = None, arriving_in: tuple[float, ...] = (), now: float = NOW,
-           windows: tuple[ScheduleWindow, ...] = (), approved: int = 0, recent_peak: float | None = None) -> PlanInput:
+           windows: tuple[ScheduleWindow, ...] = (), approved: int = 0, recent_peak: float | None = None,
+           lead_peak: float | None = None) -> PlanInput:
     return PlanInput(
         now_s=now,
         signals=sig or signals(),
@@ -52,6 +53,7 @@ def inputs(sig: PoolSignals | None = None, lead: tuple[float, float] | None = (3
         windows=windows,
         approved_floor=approved,
         recent_peak_rps=recent_peak,
+        lead_peak_rps=lead_peak,
     )
 
 
@@ -70,8 +72,10 @@ def good_state(target: int = 6, known_at: float = NOW - 15) -> PlannerState:
         ("a queue per ready replica above 5 scales up reactively",
          inputs(signals(ready=4, queue=80.0), lead=(30.0, 36.0)), 8, p.REACTIVE),
         ("the forecast's p90 at the lead time leads", inputs(lead=(50.0, 75.0)), 8, p.PREDICTIVE),
-        ("an upper band past the recent peak is clipped to it",
-         inputs(lead=(30.0, 400.0), recent_peak=55.0), 6, p.PREDICTIVE),
+        ("an upper band past the peak seen lately is clipped to it",
+         inputs(lead=(30.0, 400.0), lead_peak=55.0), 6, p.PREDICTIVE),
+        ("the 30-minute peak does not clip the band: a surge half an hour ago is not lately",
+         inputs(lead=(30.0, 400.0), recent_peak=55.0), 8, p.PREDICTIVE),  # (the scale-up limit, not the peak)
         ("no forecast: the reactive term still decides", inputs(signals(ready=4, queue=30.0), lead=None), 6, p.REACTIVE),
         ("a window starting within the lead time pre-scales by its factor",
          inputs(windows=(ScheduleWindow(NOW + 100, NOW + 3600, 0.4, expected_rps=100.0),)), 8, p.SCHEDULED),

@@ -90,6 +90,7 @@ def plan_inputs(draw, signals=pool_signals()) -> PlanInput:
         forecast_lead=draw(forecast_points), forecast_peak=draw(forecast_points), windows=tuple(draw(windows)),
         approved_floor=draw(st.sampled_from([0, 0, 3, 50])),
         recent_peak_rps=draw(st.one_of(st.none(), numbers)),
+        lead_peak_rps=draw(st.one_of(st.none(), numbers)),
     )
 
 
@@ -174,7 +175,8 @@ def test_signals_that_went_stale_never_lower_the_target(inputs, pool, state, sil
     current = 4
     signals = PoolSignals(**{**signals.__dict__, "desired_replicas": Reading(float(current), 5.0)})
     decision = plan(PlanInput(NOW + silence_s, signals, inputs.arriving_ready_in_s, inputs.forecast_lead,
-                              inputs.forecast_peak, inputs.windows, inputs.approved_floor, inputs.recent_peak_rps),
+                              inputs.forecast_peak, inputs.windows, inputs.approved_floor, inputs.recent_peak_rps,
+                              inputs.served_rate, inputs.lead_peak_rps),
                     pool, state)
     assert decision.hold
     assert decision.target_replicas >= current
