@@ -160,3 +160,35 @@ def test_a_replayed_pre_scale_floor_lasts_until_its_forecast_peak_as_the_loops_f
     plain = ApprovalModel(approval_delay_s=60.0)
     assert plain.apply(0.0, _decision(planner.PREDICTIVE, 3, 6), 3, 1800.0, 1, 50) == 6
     assert plain.approved_floor(1.0) == 0
+
+
+def test_the_clairvoyant_search_finds_a_cheaper_plan_past_a_dip_in_attainment():
+    """Attainment falls as the plan's utilisation bound u rises, but not monotonically: near a high
+    target a few requests more or less miss where a bin's replicas change. A bisection from (0, 1)
+    stopped below the first dip (u 0.45 here) and missed u 0.7; on the suite's conv x4 surge 3:15 that
+    made the bound 13.15 GPU-hours at 0.9976, where the cheaper plans reach it at 8.97 and headroom
+    beat the 'bound' at 11.87."""
+    from scaling.sim.policies import _best_of
+
+    @dataclasses.dataclass(frozen=True)
+    class Plan:
+        utilisation: float
+
+    @dataclasses.dataclass(frozen=True)
+    class Score:
+        slo_attainment: float
+        gpu_hours: float
+
+    class Demand:
+        def plan(self, utilisation, lookahead_s, min_replicas, cap, tick_s):
+            return Plan(utilisation)
+
+    def evaluate(plan: Plan) -> Score:
+        u = plan.utilisation
+        reaches = u <= 0.45 or 0.65 <= u <= 0.75
+        return Score(0.999 if reaches else 0.98, 10.0 / max(u, 0.1))
+
+    context = PolicyContext(poisson_trace(1.0, 60.0), CONFIG, evaluate)  # type: ignore[arg-type]
+    plan, score = _best_of(context, Demand(), [105.0], 0.995, 10, 15.0, None)  # type: ignore[arg-type]
+    assert score.slo_attainment >= 0.995
+    assert 0.7 <= plan.utilisation <= 0.75  # the cheapest plan reaching the goal, not the first dip's
