@@ -254,7 +254,10 @@ def _decision_dict(decision: Decision) -> dict[str, Any]:
         "arriving_replicas": decision.arriving_replicas,
         "binding": decision.binding,
         "reasons": list(decision.reasons),
-        "terms": [{"name": t.name, "replicas": t.replicas, "numbers": t.numbers} for t in decision.terms],
+        # A number not known this tick (NaN) is null: PostgreSQL's JSON has no NaN and refuses the save.
+        "terms": [{"name": t.name, "replicas": t.replicas,
+                   "numbers": {key: value if math.isfinite(value) else None for key, value in t.numbers.items()}}
+                  for t in decision.terms],
         "hold": decision.hold,
         "signals_unknown_for_s": None if math.isinf(decision.signals_unknown_for_s) else decision.signals_unknown_for_s,
         "staleness_alert": decision.staleness_alert,
