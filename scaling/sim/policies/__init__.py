@@ -18,7 +18,7 @@ from scaling.sim.workload import Workload
 
 __all__ = ["ALIASES", "Observation", "Policy", "PolicyContext", "POLICIES", "build_policy", "register_policy"]
 
-ORACLE_BISECTION_STEPS = 5
+ORACLE_BISECTION_STEPS = 7
 ORACLE_MAX_UTILISATION = 4.0
 # The utilisation bounds tried before the bisection (u > 1: a burst may wait into the next bins).
 ORACLE_UTILISATION_GRID = (0.25, 0.4, 0.55, 0.7, 0.85, 1.0, 1.5, 2.0, 3.0)
