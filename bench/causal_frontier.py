@@ -1,0 +1,116 @@
+"""How close a causal policy can come to the clairvoyant bound: each suite case's cheapest causal configuration, chosen in hindsight.
+
+    .venv/bin/python bench/causal_frontier.py [--traces ../shared/traces] [--cases LABEL,...] [--json]
+
+Issue 12 asks for the suite's GPU-hours (geometric mean) at most 1.35x the clairvoyant bound's. The
+bound knows every arrival in advance; a causal policy knows the past only. This measures how much of
+the gap is the policy and how much is not knowing the future: on every case of `bench/headroom_suite.py`
+it replays a grid of causal configurations (every static size, keda-queue and hpa-util at every
+threshold of their tuning grids, headroom at several planning margins) and keeps, *per case and in
+hindsight*, the cheapest one whose attainment reaches headroom's own. No single causal policy can do
+better than that per-case choice on the same replays; where its geometric mean stays far above 1.35x,
+the target asks for knowledge of the future, not for a better policy.
+
+Per case: headroom's attainment and GPU-hours, the clairvoyant's GPU-hours (at the objective, as the
+suite scores it), and the cheapest configuration at headroom's attainment (its name and GPU-hours).
+Then the geometric means over the clairvoyant of headroom and of the per-case frontier.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.headroom_suite import CASES, workload_for  # noqa: E402
+from bench.tune_baselines import HPA_GRID, KEDA_GRID  # noqa: E402
+from scaling.sim.config import SimConfig  # noqa: E402
+from scaling.sim.policies import PolicyContext, clairvoyant  # noqa: E402
+from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
+from scaling.sim.policies.hpa_util import HpaUtilPolicy  # noqa: E402
+from scaling.sim.policies.keda_queue import KedaQueuePolicy  # noqa: E402
+from scaling.sim.policies.static import StaticPolicy  # noqa: E402
+from scaling.sim.profiles import DEFAULT_PROFILE, get_profile  # noqa: E402
+from scaling.sim.request_mode import run_request_mode  # noqa: E402
+
+KEDA_FRONTIER_GRID = (0.1,) + KEDA_GRID  # one step below the tuning grid: more room than any team would tune
+UTILISATIONS = (0.5, 0.7, 0.85, 1.0)  # headroom's planning margin (capacity_utilisation)
+
+
+def configurations(config: SimConfig, pool):
+    for value in KEDA_FRONTIER_GRID:
+        yield f"keda-queue {value:g}", KedaQueuePolicy(config.min_replicas, config.max_replicas, target_queue_per_replica=value)
+    for value in HPA_GRID:
+        yield f"hpa-util {value:g}", HpaUtilPolicy(config.min_replicas, config.max_replicas, target_utilisation=value)
+    for value in UTILISATIONS:
+        yield (f"headroom utilisation {value:g}",
+               HeadroomPolicy(dataclasses.replace(pool, capacity_utilisation=value), tick_s=config.tick_s or 15.0))
+
+
+def run_case(workload, config: SimConfig) -> dict[str, object]:
+    def evaluate(policy):
+        return run_request_mode(workload, config, policy)
+
+    context = PolicyContext(workload, config, evaluate)
+    bound = clairvoyant(context)[1]
+    pool = pool_plan_for(config, workload)
+    headroom = evaluate(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
+    target = headroom.slo_attainment
+    tried = {name: evaluate(policy) for name, policy in configurations(config, pool)}
+    size = context.smallest_static(target)
+    tried[f"static {size}"] = evaluate(StaticPolicy(size))
+    reaching = {name: r for name, r in tried.items() if r.slo_attainment >= target}
+    best = min(reaching, key=lambda name: reaching[name].gpu_hours)
+    return {
+        "headroom": {"slo_attainment": target, "gpu_hours": round(headroom.gpu_hours, 4)},
+        "clairvoyant": {"slo_attainment": bound.slo_attainment, "gpu_hours": round(bound.gpu_hours, 4)},
+        "frontier": {"configuration": best, "slo_attainment": reaching[best].slo_attainment,
+                     "gpu_hours": round(reaching[best].gpu_hours, 4)},
+        "tried": {name: {"slo_attainment": r.slo_attainment, "gpu_hours": round(r.gpu_hours, 4)} for name, r in tried.items()},
+    }
+
+
+def geomean(rows: list[dict], key: str) -> float:
+    return round(math.exp(sum(math.log(r[key]["gpu_hours"] / r["clairvoyant"]["gpu_hours"]) for r in rows) / len(rows)), 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--traces", default=str(Path(__file__).resolve().parents[2] / "shared" / "traces"))
+    parser.add_argument("--cases", default="", help="comma-separated case labels (default: all)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    wanted = {label.strip() for label in args.cases.split(",") if label.strip()}
+    unknown = wanted - {case[0] for case in CASES}
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
+    config = SimConfig.for_profile(get_profile(DEFAULT_PROFILE), warmup_s=600.0)
+    rows = []
+    if not args.json:
+        print("| case | headroom att. / GPU-h / × | cheapest causal at headroom's att. (hindsight) | GPU-h / × | clairvoyant GPU-h |")
+        print("|---|---|---|---|---|")
+    for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
+        if wanted and label not in wanted:
+            continue
+        workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed, prompts)
+        row = {"case": label, **run_case(workload, config)}
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+            continue
+        bound = row["clairvoyant"]["gpu_hours"]
+        h, f = row["headroom"], row["frontier"]
+        print(f"| {label} | {h['slo_attainment']:.4f} / {h['gpu_hours']:.2f} / {h['gpu_hours'] / bound:.2f} "
+              f"| {f['configuration']} ({f['slo_attainment']:.4f}) | {f['gpu_hours']:.2f} / {f['gpu_hours'] / bound:.2f} "
+              f"| {bound:.2f} |", flush=True)
+    summary = {"cases": len(rows), "headroom_geomean_over_clairvoyant": geomean(rows, "headroom"),
+               "frontier_geomean_over_clairvoyant": geomean(rows, "frontier")}
+    print(json.dumps(summary) if args.json else f"\n{summary}")
+
+
+if __name__ == "__main__":
+    main()
