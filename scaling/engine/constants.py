@@ -31,7 +31,11 @@ CONSTANTS: dict[str, Constant] = {
     "queue_term_rate_multiple": Constant(3.0, SUITE_ALL + "; 2 starved conv surges", 0.0, 20.0),
     # The guardrails.
     "scale_up_pods": Constant(4, "the Kubernetes HPA default (+4 pods a period)", 1, 1000, whole=True),
-    "scale_up_percent": Constant(900.0, "suite seed offsets 0, 10, 20 (all cases); the HPA default is 100", 0.0, 10000.0),
+    # 900 (10x a period) was chosen on all the suite's cases before the training split, when it bought
+    # shortfall; since session 12's predictive cap it buys none on the code cases (seed offsets 0 and 10:
+    # the same shortfall, 0.1-0.3 % fewer GPU-hours), and a fit that earns under 1 % gives way to the default.
+    "scale_up_percent": Constant(100.0, "the Kubernetes HPA default (+100 % a period); 900 earned nothing on the "
+                                        "code cases at seed offsets 0 and 10", 0.0, 10000.0),
     "scale_down_window_s": Constant(300.0, "the Kubernetes HPA default stabilization window", 0.0, 3600.0),
     "scale_down_pods": Constant(1, "a product default: a quarter a minute at most", 1, 1000, whole=True),
     "scale_down_percent": Constant(25.0, "a product default: a quarter a minute at most", 0.0, 100.0),

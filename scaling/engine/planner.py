@@ -97,9 +97,7 @@ class PoolPlan:
     queue_term_rate_multiple: float = default("queue_term_rate_multiple")
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
-    # Per period: max(+pods, +percent). The HPA's default is +100 %; a GPU replica ordered a tick
-    # later is ready a tick later, and the queue term is already bounded by the arriving rate, so
-    # Headroom allows 10x per tick and keeps the limit for a runaway signal.
+    # Per period: max(+pods, +percent), the HPA's defaults (constants.py says why not 10x a period).
     scale_up_pods: int = default("scale_up_pods")
     scale_up_percent: float = default("scale_up_percent")
     scale_up_period_s: float = 15.0

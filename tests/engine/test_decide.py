@@ -86,7 +86,8 @@ def _signals(rate: float, replicas: int) -> PoolSignals:
 
 
 def test_a_step_forecasts_from_the_history_and_caches_the_30_minute_forecast():
-    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=20)
+    # (a scale-up limit loose enough for the approved floor of 7 to pass from 2 in one period)
+    pool = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=20, scale_up_percent=900.0)
     step = decide.decide(1800.0, _signals(10.0, 2), pool, decide.DecideState(), _History(floor=7))
     assert step.inputs.forecast_lead is not None and abs(step.inputs.forecast_lead.expected_rps - 10.0) < 0.5
     assert step.inputs.recent_peak_rps == 10.0 and step.inputs.approved_floor == 7

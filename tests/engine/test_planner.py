@@ -338,11 +338,15 @@ def test_a_pool_below_its_minimum_keeps_its_queue_term():
     assert decision.term(p.REACTIVE).replicas == 18
 
 
-def test_its_default_scale_up_limit_allows_10x_per_tick():
+def test_its_default_scale_up_limit_is_the_hpa_s_and_a_pool_may_loosen_it():
     pool = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=200)
-    # 2 ready, a queue that asks for 100 and a rate that needs 60: 20 now (10x), not 4 (the HPA's 2x).
+    # 2 ready, a queue that asks for 100 and a rate that needs 60: max(+4 pods, +100 %) a period, as the HPA.
     decision = plan(inputs(signals(ready=2, queue=1000.0, rate=600.0), lead=None), pool, good_state())
-    assert decision.target_replicas == 20 and p.RATE_LIMITED_UP in decision.reasons
+    assert decision.target_replicas == 6 and p.RATE_LIMITED_UP in decision.reasons
+    # A pool's override of 900 % (the default until session 12): 10x a period.
+    loose = plan(inputs(signals(ready=2, queue=1000.0, rate=600.0), lead=None),
+                 dataclasses.replace(pool, scale_up_percent=900.0), good_state())
+    assert loose.target_replicas == 20
 
 
 def test_it_counts_earlier_scale_ups_against_the_rate_limit():
@@ -365,7 +369,7 @@ def test_a_scale_up_waiting_for_approval_does_not_flip_the_next_target():
     for tick in range(4):
         decision = plan(inputs(signals(ready=4, desired=4, rate=390.0), lead=None, now=NOW + 15 * tick), pool, state)
         state, _ = decision.state, targets.append(decision.target_replicas)
-    assert targets == [39, 39, 39, 39]
+    assert targets == [8, 8, 8, 8]  # 4 ready: max(+4, +100 %) a period
 
 
 def test_it_takes_no_current_count_from_ready_replicas_alone():
