@@ -115,12 +115,12 @@ class PoolPlan:
     # After a proposal, none for this long unless it asks for more than the last one plus its
     # buffer (a proposal made, approved or rejected, is not made again every tick).
     prescale_cooldown_s: float = default("prescale_cooldown_s")
-    # The forecast's upper band is believed up to this multiple of the recent peak (on/off traffic
-    # makes a log-scale band explode; a ramp still gets room to grow).
+    # The forecast's upper band is believed up to this multiple of the peak seen lately (on/off traffic
+    # makes a log-scale band explode; a ramp still gets room to grow)...
     recent_peak_factor: float = default("recent_peak_factor")
-    # ...the peak of this recent past (`PlanInput.lead_peak_rps`). After a surge the band stays as wide as
-    # the surge's errors for as long as the forecaster remembers them (an hour); capped by the surge's own
-    # peak for 30 minutes, a code pool held its surge size for a quarter of an hour after the surge ended.
+    # ...the highest of the newest known minutes, this long (`PlanInput.lead_peak_rps`). After a surge the
+    # band stays as wide as the surge's errors while the forecaster remembers them (an hour); capped by
+    # the surge's own peak for 30 minutes, a code pool held its surge size a quarter of an hour after it.
     lead_peak_window_s: float = default("lead_peak_window_s")
     # Online capacity correction (multiplicative, bounded; only learned under real load).
     correction_min: float = default("correction_min")
@@ -168,7 +168,7 @@ class PlanInput:
     # takes a share of it: the capacity correction learns latency against the load the replicas carried.
     # None: the signals' request rate is what they carried.
     served_rate: Reading | None = None
-    lead_peak_rps: float | None = None  # highest observed 1-minute rate of the last `pool.lead_peak_window_s`
+    lead_peak_rps: float | None = None  # the peak seen lately: `decide.lead_peak_rps`
 
 
 @dataclass(frozen=True)
