@@ -259,18 +259,12 @@ def forecasts(history: PoolHistory, pool: PoolPlan, now_s: float, rate_now: floa
     return near, ForecastPoint(far.horizon_s, peak.expected_rps, max(near.p90_rps, far.p90_rps)), recent, state
 
 
-def recent_peak_rps(recent: np.ndarray) -> float | None:
-    """The highest 1-minute bin of the last PEAK_WINDOW_S (None when none is known)."""
-    window = recent[-int(PEAK_WINDOW_S / FORECAST_BIN_S):]
-    finite = window[np.isfinite(window)]
-    return float(finite.max()) if finite.size else None
-
-
-def lead_peak_rps(recent: np.ndarray, window_s: float) -> float | None:
-    """The highest of the newest known 1-minute bins, `window_s` of them, within the last PEAK_WINDOW_S:
-    the peak seen lately. Minutes without a sample are skipped (a live pool's rate query can miss a
-    minute; a cap that vanished with it would let the band explode), so a replay, where every minute is
-    known, reads the last `window_s`."""
+def recent_peak_rps(recent: np.ndarray, window_s: float = PEAK_WINDOW_S) -> float | None:
+    """The highest of the newest known 1-minute bins, `window_s` of them, within the last PEAK_WINDOW_S
+    (None when none is known): by default the recent peak, with a pool's `lead_peak_window_s` the peak
+    seen lately. Minutes without a sample are skipped (a live pool's rate query can miss a minute; a cap
+    that vanished with it would let the band explode), so a replay, where every minute is known, reads
+    the last `window_s`."""
     window = recent[-int(PEAK_WINDOW_S / FORECAST_BIN_S):]
     known = window[np.isfinite(window)][-max(int(window_s / FORECAST_BIN_S), 1):]
     return float(known.max()) if known.size else None
@@ -306,7 +300,7 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
                                               pool.cold_start_p95_s),
         forecast_lead=lead, forecast_peak=peak, windows=windows,
         approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent), served_rate=served_rate,
-        lead_peak_rps=lead_peak_rps(recent, pool.lead_peak_window_s),
+        lead_peak_rps=recent_peak_rps(recent, pool.lead_peak_window_s),
     )
     decision = planner.plan(inputs, pool, state.planner)
     return Step(decision, inputs, recent, DecideState(decision.state, state.seasonal, state.lead, state.long,

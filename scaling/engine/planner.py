@@ -168,7 +168,7 @@ class PlanInput:
     # takes a share of it: the capacity correction learns latency against the load the replicas carried.
     # None: the signals' request rate is what they carried.
     served_rate: Reading | None = None
-    lead_peak_rps: float | None = None  # the peak seen lately: `decide.lead_peak_rps`
+    lead_peak_rps: float | None = None  # the peak seen lately: `decide.recent_peak_rps`
 
 
 @dataclass(frozen=True)
