@@ -270,6 +270,21 @@ def recent_peak_rps(recent: np.ndarray, window_s: float = PEAK_WINDOW_S) -> floa
     return float(known.max()) if known.size else None
 
 
+TREND_LATELY_S = 20.0  # "lately": the rate now and the samples of the last 20 s (a 15-s tick's jump is no trend)
+
+
+def rate_trend_rps(history: PoolHistory, now_s: float, rate_now: float) -> tuple[float, ...]:
+    """(the rate a minute before, the rate lately), oldest first, or () when either is unknown: the
+    rate now with the samples of the last TREND_LATELY_S, and the samples of the same window a minute
+    earlier (five seconds' slack for a late tick), each averaged."""
+    step = planner.TREND_STEP_S
+    times, rates = history.rates_since(now_s - step - 5.0)
+    lately = np.append(rates[times > now_s - TREND_LATELY_S], rate_now)
+    before = rates[(times > now_s - step - 5.0) & (times <= now_s - step + TREND_LATELY_S)]
+    lately, before = lately[np.isfinite(lately)], before[np.isfinite(before)]
+    return (float(before.mean()), float(lately.mean())) if lately.size and before.size else ()
+
+
 def arriving_ready_in(requested_at: list[float], arriving: int, now_s: float, cold_start_p95_s: float) -> tuple[float, ...]:
     """Seconds until each starting replica is expected Ready: the newest `arriving` requests (a
     scale-down cancels the newest first, the oldest become ready first); unknown ones as just asked."""
@@ -300,7 +315,7 @@ def decide(now_s: float, signals: PoolSignals, pool: PoolPlan, state: DecideStat
                                               pool.cold_start_p95_s),
         forecast_lead=lead, forecast_peak=peak, windows=windows,
         approved_floor=history.approved_floor(now_s), recent_peak_rps=recent_peak_rps(recent), served_rate=served_rate,
-        lead_peak_rps=recent_peak_rps(recent, pool.lead_peak_window_s),
+        lead_peak_rps=recent_peak_rps(recent, pool.lead_peak_window_s), rate_trend_rps=rate_trend_rps(history, now_s, rate_now),
     )
     decision = planner.plan(inputs, pool, state.planner)
     return Step(decision, inputs, recent, DecideState(decision.state, state.seasonal, state.lead, state.long,

@@ -95,6 +95,11 @@ class PoolPlan:
     # The queue term orders at most this multiple of the replicas the arriving rate needs (never
     # fewer than the current count); 0 turns the limit off.
     queue_term_rate_multiple: float = default("queue_term_rate_multiple")
+    # A replica asked for now serves a lead time from now: where the rate grew over the last minute,
+    # the rate term plans for it growing as much again each minute of the lead time, at most this
+    # multiple of the rate lately (`PlanInput.rate_trend_rps`; 1 turns it off). A surge's ramp
+    # outruns a term that sizes the pool for the rate already arrived.
+    rate_trend_cap: float = default("rate_trend_cap")
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
     # Per period: max(+pods, +percent), the HPA's defaults (constants.py says why not 10x a period).
@@ -169,6 +174,8 @@ class PlanInput:
     # None: the signals' request rate is what they carried.
     served_rate: Reading | None = None
     lead_peak_rps: float | None = None  # the peak seen lately: `decide.recent_peak_rps`
+    # The rate a minute before and the rate lately (`decide.rate_trend_rps`), oldest first; () when unknown.
+    rate_trend_rps: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -265,6 +272,9 @@ def _oldest_key_sample_age_s(signals: PoolSignals) -> float:
     """How old the oldest of the key samples (queue, request rate) is: the load is as fresh as that."""
     readings = [signals.queue_depth, signals.request_rate_rps, *signals.waiting_per_ready_replica]
     return max((r.age_s for r in readings if r.is_known and r.age_s is not None), default=0.0)
+
+
+TREND_STEP_S = 60.0  # the rate's growth is measured over a minute (`decide.rate_trend_rps`)
 
 
 def _replicas_for(rate_rps: float, capacity_rps: float) -> int:
@@ -413,11 +423,28 @@ def request_rate_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) ->
     rate = inputs.signals.request_rate_rps
     if not rate.is_known or pool.request_rate_margin <= 0:
         return Term(REACTIVE_RATE, None, {"request_rate_margin": pool.request_rate_margin})
-    planned = float(rate.value) * pool.request_rate_margin  # type: ignore[arg-type]
+    now_rps = float(rate.value)  # type: ignore[arg-type]
+    growth = rate_growth(inputs.rate_trend_rps, pool)
+    trend = inputs.rate_trend_rps if len(inputs.rate_trend_rps) == 2 else (math.nan, math.nan)
+    # The growth applies to the rate lately (a mean), not to one tick's rate, which may be a burst's.
+    ahead = trend[1] * growth if growth > 1 else now_rps
+    planned = max(now_rps, ahead) * pool.request_rate_margin
     return Term(REACTIVE_RATE, _replicas_for(planned, capacity_rps), {
-        "request_rate_rps": float(rate.value), "request_rate_margin": pool.request_rate_margin,  # type: ignore[arg-type]
+        "request_rate_rps": now_rps, "request_rate_margin": pool.request_rate_margin,
+        "rate_minute_before_rps": trend[0], "rate_lately_rps": trend[1], "rate_growth": growth,
         "capacity_rps_per_replica": capacity_rps,
     })
+
+
+def rate_growth(rate_trend_rps: tuple[float, ...], pool: PoolPlan) -> float:
+    """The rate's growth over the lead time if it keeps growing as it grew over the last minute, between
+    1 (flat, falling or unknown) and `rate_trend_cap`."""
+    if pool.rate_trend_cap <= 1 or len(rate_trend_rps) != 2:
+        return 1.0
+    before, lately = rate_trend_rps
+    if not (math.isfinite(before) and math.isfinite(lately)) or before <= 0 or lately <= before:
+        return 1.0
+    return min(pool.rate_trend_cap, (lately / before) ** (pool.lead_s / TREND_STEP_S))
 
 
 def predictive_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, ready: int | None) -> Term:

@@ -274,3 +274,33 @@ def test_a_surge_that_ended_stops_sizing_the_pool_once_it_is_past_the_lead_peak_
     # A 30-minute window (the old cap) still sizes for the surge there.
     old = _predictive_replicas_around_a_surge(dataclasses.replace(pool, lead_peak_window_s=1800.0))
     assert max(old[m] for m in range(settled, 100)) > 2 * before
+
+
+def _rate_term_on(rates_by_minute: list[float], pool: planner.PoolPlan) -> list[planner.Term]:
+    """The rate term at the last tick of each minute, decided every 15 s by the decide step."""
+    history, state, terms = _Recorded(), decide.DecideState(), []
+    for tick in range(1, len(rates_by_minute) * 4):
+        now = tick * 15.0
+        rate = rates_by_minute[int(now // 60.0)]
+        step = decide.decide(now, _signals(rate, 4), pool, state, history)
+        state = step.state
+        history.times.append(now)
+        history.rates.append(rate)
+        if tick % 4 == 3:
+            terms.append(step.decision.term(planner.REACTIVE_RATE))
+    return terms
+
+
+def test_on_a_ramp_the_decide_step_orders_for_the_rate_a_lead_time_ahead():
+    """A replica asked for now serves a lead time (two minutes) from now. Ten flat minutes at 10 req/s,
+    then the rate doubles each minute: the rate term plans for 1.5x the rate lately (the cap here), where
+    sized for the rate already arrived it would be a doubling behind when its replicas are ready."""
+    pool = planner.PoolPlan(capacity_rps_per_replica=10.0, max_replicas=100, capacity_utilisation=1.0,
+                            rate_trend_cap=1.5)
+    rates = [10.0] * 10 + [20.0, 40.0, 80.0]
+    terms = _rate_term_on(rates, pool)
+    assert [t.replicas for t in terms[:10]] == [1] * 10  # flat: the rate now
+    assert [t.numbers["rate_growth"] for t in terms[:10]] == [1.0] * 10
+    assert [t.replicas for t in terms[10:]] == [3, 6, 12]  # 1.5 x 20, 40, 80 req/s
+    off = _rate_term_on(rates, dataclasses.replace(pool, rate_trend_cap=1.0))
+    assert [t.replicas for t in off[10:]] == [2, 4, 8]

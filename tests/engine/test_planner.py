@@ -127,6 +127,28 @@ def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, 
 
 
 @pytest.mark.parametrize(
+    ("case", "trend", "cap", "expected"),
+    [
+        # 75 req/s now at 10 per replica: 8 replicas without a trend. Lead time 120 s: two minutes.
+        ("no trend known: the rate now", (), 1.5, 8),
+        ("flat: the rate now", (70.0, 70.0), 1.5, 8),
+        ("falling: the rate now", (90.0, 70.0), 1.5, 8),
+        ("10 % a minute for two minutes: the rate lately x 1.21", (60.0, 66.0), 1.5, 8),  # 79.9
+        ("a ramp doubling each minute: the cap, x 1.5 the rate lately", (35.0, 70.0), 1.5, 11),  # 105
+        ("cap 1 turns it off", (35.0, 70.0), 1.0, 8),
+        ("an unknown minute before is no trend", (math.nan, 70.0), 1.5, 8),
+    ],
+)
+def test_on_a_ramp_the_rate_term_plans_for_the_rate_a_lead_time_ahead(case, trend, cap, expected):
+    pool = dataclasses.replace(POOL, rate_trend_cap=cap)
+    decision = plan(dataclasses.replace(inputs(signals(rate=75.0), lead=None), rate_trend_rps=trend), pool, good_state())
+
+    term = decision.term(p.REACTIVE_RATE)
+    assert term.replicas == expected, case
+    assert 1.0 <= term.numbers["rate_growth"] <= cap or cap == 1.0, case
+
+
+@pytest.mark.parametrize(
     ("case", "rate", "multiple", "expected"),
     [
         # 4 ready with 100 waiting each: the HPA rule asks for 80 (100 / 5 per replica x 4).
