@@ -270,13 +270,13 @@ def recent_peak_rps(recent: np.ndarray, window_s: float = PEAK_WINDOW_S) -> floa
     return float(known.max()) if known.size else None
 
 
-TREND_LATELY_S = 20.0  # "lately": the rate now and the samples of the last 20 s (a 15-s tick's jump is no trend)
+TREND_LATELY_S = 20.0  # "lately": the rate now and the samples of the last 20 s (one 15-s tick's jump counts half)
 
 
 def rate_trend_rps(history: PoolHistory, now_s: float, rate_now: float) -> tuple[float, ...]:
     """(the rate a minute before, the rate lately), oldest first, or () when either is unknown: the
-    rate now with the samples of the last TREND_LATELY_S, and the samples of the same window a minute
-    earlier (five seconds' slack for a late tick), each averaged."""
+    mean of the rate now and the samples of the last TREND_LATELY_S, and the mean of the samples 40-65 s
+    back (the same window a minute earlier, five seconds wider for a late tick)."""
     step = planner.TREND_STEP_S
     times, rates = history.rates_since(now_s - step - 5.0)
     lately = np.append(rates[times > now_s - TREND_LATELY_S], rate_now)

@@ -4,7 +4,8 @@
 
 1. *reactive*: the HPA-conformant core on queue depth per ready replica (`queue_depth.py`), and
    the request rate arriving now served at the corrected per-replica capacity (the queue is a
-   stock that grows only once capacity is short; the rate moves first on a ramp);
+   stock that grows only once capacity is short; the rate moves first on a ramp), grown as it grew
+   over the last minute for the lead time a new replica takes (at most `rate_trend_cap`);
 2. *predictive*: the p90 request-rate forecast at now + cold-start p95 + decision delay, divided
    by the per-replica capacity at the SLO (the pool profile's, corrected online by observed
    latency against the latency the profile expects at that load);
