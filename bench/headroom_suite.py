@@ -13,8 +13,8 @@ constants were fitted on `code` as recorded); the `conv` cases were never used t
 
 For every case: SLO attainment and GPU-hours of `headroom`, of `keda-queue` and `hpa-util` with
 their tuned thresholds (`bench/tune_baselines.py`), and of the clairvoyant bound; the bound check
-(the clairvoyant searched again at each causal policy's own attainment: no causal policy may
-spend fewer GPU-hours than it at equal attainment); and the smallest static pool reaching
+(the clairvoyant searched again at each causal policy's own attainment, `bound_at`: no causal
+policy may spend fewer GPU-hours than it at equal attainment); and the smallest static pool reaching
 headroom's attainment (headroom is dominated when that pool needs 20 % fewer GPU-hours). Then the
 aggregates and the issue's targets. The first `--warmup-s` seconds (default 600) are played to
 every policy and not scored.
@@ -36,7 +36,7 @@ from pathlib import Path
 from scaling.engine.planner import PoolPlan
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.loaders import load_trace
-from scaling.sim.policies import PolicyContext, build_policy, clairvoyant
+from scaling.sim.policies import PolicyContext, bound_at, build_policy, clairvoyant
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
 from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
@@ -108,9 +108,8 @@ def run_case(workload, config: SimConfig, pool: PoolPlan, args: argparse.Namespa
         # The bound at each causal policy's own attainment: none may spend fewer GPU-hours there.
         checks = {}
         for name, result in results.items():
-            at_equal = bound if result.slo_attainment == bound.slo_attainment else clairvoyant(context, result.slo_attainment)[1]
-            checks[name] = {**score(at_equal), "beaten": result.slo_attainment <= at_equal.slo_attainment
-                            and result.gpu_hours < at_equal.gpu_hours * (1 - 1e-6)}
+            at_equal = bound if result.slo_attainment == bound.slo_attainment else bound_at(context, result.slo_attainment)
+            checks[name] = {**score(at_equal), "beaten": result.gpu_hours < at_equal.gpu_hours * (1 - 1e-6)}
         row["clairvoyant_at_equal_attainment"] = checks
     headroom = results["headroom"]
     size = context.smallest_static(headroom.slo_attainment)

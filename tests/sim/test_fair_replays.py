@@ -12,9 +12,11 @@ from scaling.engine.decide import ApprovalModel
 from scaling.sim.config import SimConfig
 from scaling.sim.fluid_mode import run_fluid_mode
 from scaling.sim.policies import (
+    BEST_ATTAINMENT_TOLERANCE,
     TUNED_HPA_TARGET_UTILISATION,
     TUNED_KEDA_TARGET_QUEUE,
     PolicyContext,
+    bound_at,
     build_policy,
     clairvoyant,
 )
@@ -64,7 +66,7 @@ def test_no_causal_policy_beats_the_clairvoyant_at_its_own_attainment(name):
     workload = _surging()
     context = _context(workload)
     result = run_request_mode(workload, CONFIG, build_policy(name, context))
-    _, bound = clairvoyant(context, result.slo_attainment)
+    bound = bound_at(context, result.slo_attainment)
     assert bound.slo_attainment >= result.slo_attainment
     assert bound.gpu_hours <= result.gpu_hours
 
@@ -79,8 +81,26 @@ def test_the_bound_holds_where_prefill_bound_bursts_favour_holding_a_level(trace
     config = SimConfig.for_profile(SimConfig().profile, warmup_s=600.0)
     context = _context(workload, config)
     result = run_request_mode(workload, config, build_policy("hpa-util", context))
-    _, bound = clairvoyant(context, result.slo_attainment)
-    assert bound.slo_attainment >= result.slo_attainment and bound.gpu_hours <= result.gpu_hours
+    bound = bound_at(context, result.slo_attainment)  # out of reach: within the plateau's last decimal
+    assert bound.slo_attainment >= result.slo_attainment - BEST_ATTAINMENT_TOLERANCE
+    assert bound.gpu_hours <= result.gpu_hours
+
+
+def test_where_no_pool_size_meets_the_objective_the_bound_check_allows_the_plateaus_last_decimal(traces_dir):
+    # The suite's long-prompt case: attainment is a plateau whose fourth decimal is a few requests
+    # that any change of plan moves either way. Searched at headroom's exact 0.9804, the bound cost
+    # 45.30 GPU-hours, where headroom spent 37.31 and plans at 29.4 reach 0.9802.
+    from bench.headroom_suite import workload_for
+    from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
+
+    workload = workload_for(traces_dir, "AzureLLMInferenceTrace_conv.csv", 1.0, "10:5", None, 0, (4000.0, 0.6))
+    config = SimConfig.for_profile(SimConfig().profile, warmup_s=600.0)
+    context = _context(workload, config)
+    result = run_request_mode(workload, config, HeadroomPolicy(pool_plan_for(config, workload)))
+    assert context.attainment_target() < config.slo_objective
+    bound = bound_at(context, result.slo_attainment)
+    assert bound.slo_attainment >= result.slo_attainment - BEST_ATTAINMENT_TOLERANCE
+    assert bound.gpu_hours <= result.gpu_hours
 
 
 def test_the_headroom_policy_does_not_beat_the_clairvoyant_at_its_own_attainment():
@@ -90,7 +110,7 @@ def test_the_headroom_policy_does_not_beat_the_clairvoyant_at_its_own_attainment
     context = _context(workload)
     pool = planner.PoolPlan(capacity_rps_per_replica=8.0, max_replicas=CONFIG.max_replicas, cold_start_p95_s=90.0)
     result = run_request_mode(workload, CONFIG, HeadroomPolicy(pool))
-    _, bound = clairvoyant(context, result.slo_attainment)
+    bound = bound_at(context, result.slo_attainment)
     assert bound.slo_attainment >= result.slo_attainment and bound.gpu_hours <= result.gpu_hours
 
 
