@@ -63,8 +63,11 @@ SERVICE_TESTS := $(wildcard tests/sandbox tests/drivers tests/integration tests/
 # The real-vLLM tier is kept out of the others with its marker and run last by test-realvllm.
 REAL_VLLM_TESTS := $(wildcard tests/realvllm)
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
-# The pure and the database tiers run on pytest-xdist workers (each with its own test database, tests/isolation.py):
-# CI has two cores. WORKERS=1 runs them in one process.
+# Every tier but the real-vLLM one runs on pytest-xdist workers (each with its own test database, Redis database and
+# ports, tests/isolation.py): CI has two cores. The service tier mostly waits (stories played in wall time, cold
+# starts, scrapes): its two longest tests start first, and `--dist loadgroup` hands out one test at a time (the
+# default hands out the first chunk of tests to one worker), so they start on different workers (tests/conftest.py).
+# WORKERS=1 runs every tier in one process.
 WORKERS ?= 2
 PARALLEL := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS))
 
@@ -90,7 +93,7 @@ test-db: install
 	$(if $(DB_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(PARALLEL) $(DB_TESTS),@echo "no database tests")
 
 test-services: install system-deps
-	$(if $(SERVICE_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(SERVICE_TESTS),@echo "no service tests")
+	$(if $(SERVICE_TESTS),DATABASE_URL=$(TEST_DATABASE_URL) $(PYTEST) $(PARALLEL) $(if $(PARALLEL),--dist loadgroup) $(SERVICE_TESTS),@echo "no service tests")
 
 # A real vLLM server on the CPU, in its own virtualenv (.cache/vllm-venv): see docs/real-vllm.md.
 test-realvllm: install system-deps

@@ -21,6 +21,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
         report.longrepr = f"skipped, and this suite does not skip: {reason}"
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-django's own ordering
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that play a story for minutes go first (the rest keep their order). The service tier's
+    pytest-xdist workers take one test at a time (`--dist loadgroup`, Makefile), so the live demo's
+    story and the headless surge start side by side instead of one after the other."""
+    items.sort(key=lambda item: item.get_closest_marker("runs_for_minutes") is None)
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
     """test_<name>_<run>: a second run at the same time creates and drops a database of its own."""

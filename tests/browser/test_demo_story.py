@@ -34,7 +34,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from tests.browser.test_approval_flow import CHROMIUM, FLAGS
 
 # The demo has a database of its own; the mark only lets the tier's session fixtures (conftest.py) see the test one.
-pytestmark = [pytest.mark.browser, pytest.mark.django_db]
+pytestmark = [pytest.mark.browser, pytest.mark.runs_for_minutes, pytest.mark.django_db]
 ROOT = Path(__file__).resolve().parents[2]
 SPEED = 4  # the story to its report in about 5 minutes; make demo plays it at 2x
 PHASE_TIMEOUT_S = 240.0  # wall seconds the next line may take (a loaded two-core machine)

@@ -37,6 +37,7 @@ def _stale_proposal_of_an_earlier_demo() -> Proposal:
 
 
 @pytest.mark.prometheus
+@pytest.mark.runs_for_minutes
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_both_policies_and_reports_every_key(settings, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
