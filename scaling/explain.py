@@ -33,6 +33,8 @@ class ChangeFacts:
     slo_s: float | None = None
     capacity_per_replica_rps: float | None = None  # corrected, as the planner uses it
     forecast_peak_rps: float | None = None
+    # The rate a cold start ahead where it grew over the last minute (the rate term's growth), else None.
+    rate_ahead_rps: float | None = None
     cost_per_hour_usd: float | None = None
 
 
@@ -72,8 +74,16 @@ def _situation(facts: ChangeFacts) -> str:
 
 
 def _demand(facts: ChangeFacts) -> float | None:
-    values = [v for v in (facts.request_rate_rps, facts.forecast_peak_rps) if _known(v)]
+    values = [v for v in (facts.request_rate_rps, facts.forecast_peak_rps, facts.rate_ahead_rps) if _known(v)]
     return max(values) if values else None
+
+
+def _growing(facts: ChangeFacts, demand: float) -> str:
+    """': 35 now, grown as over the last minute...' where the demand is the rate a cold start ahead."""
+    ahead, now = facts.rate_ahead_rps, facts.request_rate_rps
+    if _known(ahead) and _known(now) and ahead == demand and ahead > now:
+        return f": {now:.0f} now, grown as over the last minute until new replicas are ready"
+    return ""
 
 
 def _effect(facts: ChangeFacts) -> str:
@@ -85,9 +95,10 @@ def _effect(facts: ChangeFacts) -> str:
         return f"{verb} ({change:+d} replicas)"
     capacity = facts.target_replicas * facts.capacity_per_replica_rps
     objective = f"{facts.latency_name} under {_seconds(facts.slo_s)}"
+    numbers = f"{capacity:.0f} req/s of capacity for {demand:.0f}{_growing(facts, demand)}"
     if capacity >= demand:
-        return f"{verb} keeps {objective} ({capacity:.0f} req/s of capacity for {demand:.0f})"
-    return f"{verb} is not enough to keep {objective} ({capacity:.0f} req/s of capacity for {demand:.0f})"
+        return f"{verb} keeps {objective} ({numbers})"
+    return f"{verb} is not enough to keep {objective} ({numbers})"
 
 
 def sentence(facts: ChangeFacts) -> str:
@@ -136,7 +147,8 @@ def facts_of(proposal: Any) -> ChangeFacts:
         request_rate_rps=signals.get("request_rate_rps"), latency_name=latency_name,
         latency_s=signals.get(signal), slo_s=slo.threshold / 1000.0 if slo else None,
         capacity_per_replica_rps=evidence.get("capacity_per_replica_rps"),
-        forecast_peak_rps=max(forecast) if forecast else None, cost_per_hour_usd=proposal.cost_per_hour_usd,
+        forecast_peak_rps=max(forecast) if forecast else None, rate_ahead_rps=evidence.get("rate_ahead_rps"),
+        cost_per_hour_usd=proposal.cost_per_hour_usd,
     )
 
 

@@ -41,7 +41,7 @@ from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.drivers.signals import PoolSelector
 from scaling.engine import constants, decide, planner
 from scaling.engine import fallback as fallback_engine
-from scaling.engine.planner import Decision, ForecastPoint, PoolPlan
+from scaling.engine.planner import REACTIVE_RATE, Decision, ForecastPoint, PoolPlan, Term
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.models import FallbackActivation, PlannerMemory, Proposal, SignalSample, TickLease
 
@@ -267,11 +267,15 @@ def _decision_dict(decision: Decision) -> dict[str, Any]:
 
 
 def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoint | None,
-              capacity_rps: float, ready: int, target: int) -> dict[str, Any]:
-    """The chart behind a proposal: the last 20 minutes observed, then the forecasts, against capacity."""
+              capacity_rps: float, ready: int, target: int, rate_term: Term | None = None) -> dict[str, Any]:
+    """The chart behind a proposal: the last 20 minutes observed, then the forecasts, against capacity;
+    and the rate a cold start ahead where the rate term planned for its growth."""
     observed = [None if not math.isfinite(v) else round(float(v), 3) for v in recent[-20:]]
     ahead = [p for p in (lead, peak) if p is not None]
-    return {
+    growing = {}
+    if rate_term is not None and rate_term.numbers.get("rate_growth", 1.0) > 1.0:
+        growing = {"rate_ahead_rps": round(rate_term.numbers["rate_ahead_rps"], 3)}
+    return {**growing,
         "window": f"last {len(observed)} min" + (
             f", then forecast at +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min" if ahead else ""),
         "forecast_expected": observed + [round(p.expected_rps, 3) for p in ahead],
@@ -381,7 +385,8 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Re
         )
     read = _signals_dict(signals)
     evidence = _evidence(step.recent, step.inputs.forecast_lead, step.inputs.forecast_peak,
-                         decision.capacity_per_replica_rps, decision.ready_replicas or 0, decision.target_replicas or 0)
+                         decision.capacity_per_replica_rps, decision.ready_replicas or 0, decision.target_replicas or 0,
+                         decision.term(REACTIVE_RATE))
     did = act(pool, decision, evidence, read, now)
     return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
 

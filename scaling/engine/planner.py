@@ -432,7 +432,7 @@ def request_rate_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) ->
     planned = max(now_rps, ahead) * pool.request_rate_margin
     return Term(REACTIVE_RATE, _replicas_for(planned, capacity_rps), {
         "request_rate_rps": now_rps, "request_rate_margin": pool.request_rate_margin,
-        "rate_minute_before_rps": trend[0], "rate_lately_rps": trend[1], "rate_growth": growth,
+        "rate_minute_before_rps": trend[0], "rate_lately_rps": trend[1], "rate_growth": growth, "rate_ahead_rps": ahead,
         "capacity_rps_per_replica": capacity_rps,
     })
 

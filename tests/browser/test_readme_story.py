@@ -1,7 +1,8 @@
 """The README's demo story in a real browser (Debian's Chromium, the live server), step by step, asserting
 what the README says the user sees: the fleet page; a pool page mid-surge (readings against objectives,
-replicas ready and arriving, a scale-up executing); the approvals inbox with the pending pre-scale, which
-alice approves; the incident the surge opened; a finished warm-pool report.
+replicas ready and arriving, a scale-up executing); the approvals inbox with the surge's excess over the
+guardrail and the pending pre-scale, which alice approves; the incident the surge opened; a finished
+warm-pool report.
 
 The surge goes through the real services: replicas are read from the sandbox's Kubernetes API emulator,
 each 15-second tick runs the control loop's `tick_pool` on the surge's signals (as Prometheus would have
@@ -137,12 +138,6 @@ def _prescale(pool: Pool) -> Proposal:
 
 def test_the_readme_story(page, kube_pool: Pool, alice: User, screenshots: Path) -> None:  # noqa: ANN001, F811
     pool = kube_pool
-    # The story's pool plans for the rate already arrived (the rate term's growth off): with the default
-    # cap, the 5x-in-30-s surge asks for more than the reactive guardrail approves at once, and the excess
-    # waits for a person, which the story below does not show (docs/benchmarks.md, "The rate term looks
-    # a lead time ahead").
-    pool.planner_constants = {"rate_trend_cap": 1.0}
-    pool.save(update_fields=["planner_constants"])
     _quiet_history(pool, timezone.now().replace(microsecond=0) - timedelta(minutes=10))
     # A report on the traffic before the surge (a few seconds): run first, so that the pages below are
     # opened right after the surge's last tick and read it as fresh.
@@ -151,14 +146,19 @@ def test_the_readme_story(page, kube_pool: Pool, alice: User, screenshots: Path)
     report = report_service.run(report.pk)
     assert report.state == ReportState.SUCCEEDED, report.error
     _run_the_surge(pool, timezone.now().replace(microsecond=0) - timedelta(minutes=10))  # the last tick 15 s ago
-    # The loop's scale-ups (reactive, or predictive: the next cold start's forecast), each inside the guardrail:
-    # approved by policy and written to the cluster, their replicas still starting.
+    # The loop's scale-ups (reactive, or predictive: the next cold start's forecast). Inside the guardrail
+    # (+4 replicas) policy approves them and they are written to the cluster, their replicas still starting;
+    # a larger one runs the guardrail's share at once and the rest waits for a person.
     scale_ups = list(Proposal.objects.filter(pool=pool).order_by("created_at"))
     assert scale_ups and {p.kind for p in scale_ups} <= {ProposalKind.REACTIVE, ProposalKind.PREDICTIVE}
     assert all(p.target_replicas > p.current_replicas for p in scale_ups)
-    assert all(p.state == ProposalState.EXECUTING and p.decided_channel == Channel.AUTO for p in scale_ups), \
-        [(p.kind, p.state, p.decided_channel) for p in scale_ups]
-    scale_up = scale_ups[-1]
+    executing = [p for p in scale_ups if p.state == ProposalState.EXECUTING]
+    assert executing and all(p.decided_channel == Channel.AUTO and p.delta <= 4 for p in executing)
+    scale_up = executing[-1]
+    # The surge grows 5x in 30 s: the rate term plans for its growth over a cold start, past the guardrail.
+    excess = Proposal.objects.get(pool=pool, state=ProposalState.PENDING)
+    assert excess.target_replicas > scale_up.target_replicas == excess.current_replicas + 4
+    assert any(r["code"] == "guardrail_share" and r.get("share") == scale_up.pk for r in excess.reasons)
     pool.status.refresh_from_db()
     assert pool.status.ready_replicas == 2 and pool.status.arriving_replicas > 0
     incident = Incident.objects.get(pool=pool)
@@ -187,20 +187,33 @@ def test_the_readme_story(page, kube_pool: Pool, alice: User, screenshots: Path)
     expect(live).to_contain_text("Planner: target")
     expect(live.locator("svg")).to_have_count(2)  # demand against capacity, the queue
     expect(page.locator(f"#decision-{scale_up.pk} .badge")).to_have_text("executing")
+    expect(page.locator(f"#decision-{excess.pk} .badge")).to_have_text("pending")
     expect(page.locator(f"#decision-{prescale.pk} .badge")).to_have_text("pending")
     page.screenshot(path=str(screenshots / "readme-pool-surge.png"), full_page=True)
 
-    # 3. The approvals inbox: the pre-scale with its forecast reason; alice approves it in one click.
+    # 3. The approvals inbox: the surge's excess over the guardrail and the pre-scale, each with its reason;
+    # alice approves both, one click each.
     page.goto(page.base_url + "/approvals/")
+    card = page.locator(f"#proposal-{excess.pk}")
+    expect(card).to_contain_text("Pending approval")
+    expect(card).to_contain_text(f"waits for a person (proposal #{scale_up.pk})")
+    expect(card).to_contain_text("35 now, grown as over the last minute until new replicas are ready")
+    card.locator("input[name=comment]").fill("the surge is real")
     card = page.locator(f"#proposal-{prescale.pk}")
     expect(card).to_contain_text("Pending approval")
     expect(card).to_contain_text("warm pool 21 + 50 % buffer")
+    page.screenshot(path=str(screenshots / "readme-inbox.png"), full_page=True)
+    page.locator(f"#proposal-{excess.pk}").get_by_role("button", name="Approve").click()
+    expect(page.locator(f"#proposal-{excess.pk}")).to_contain_text("the surge is real")
+    card = page.locator(f"#proposal-{prescale.pk}")
     card.locator("input[name=comment]").fill("pre-scale for the peak")
     card.get_by_role("button", name="Approve").click()
     expect(page.locator(f"#proposal-{prescale.pk}")).to_contain_text("pre-scale for the peak")
-    prescale.refresh_from_db()
-    assert (prescale.decided_by, prescale.decided_channel) == (alice, Channel.WEB)
-    assert prescale.state == ProposalState.EXECUTING  # written to the cluster at once, its replicas starting
+    for proposal in (excess, prescale):
+        proposal.refresh_from_db()
+        assert (proposal.decided_by, proposal.decided_channel) == (alice, Channel.WEB)
+        # Written to the cluster at once, its replicas starting (the pre-scale supersedes nothing: another track).
+        assert proposal.state == ProposalState.EXECUTING, (proposal.kind, proposal.state)
 
     # 4. The surge's incident: is it getting better or worse, and what Headroom did, on one timeline.
     page.goto(page.base_url + f"/incidents/{incident.pk}/")
@@ -208,6 +221,7 @@ def test_the_readme_story(page, kube_pool: Pool, alice: User, screenshots: Path)
     expect(view).to_contain_text("Getting worse")
     expect(view).to_contain_text("P1")
     expect(view.locator("svg")).to_have_count(8)  # TTFT, e2e, queue, replicas, errors, KV cache, fallback, ...
+    expect(view).to_contain_text(f"Proposal #{excess.pk} approved")
     expect(view).to_contain_text(f"Proposal #{prescale.pk} approved")
     page.screenshot(path=str(screenshots / "readme-incident.png"), full_page=True)
 

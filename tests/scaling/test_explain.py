@@ -27,6 +27,11 @@ from scaling.explain import ChangeFacts
                      latency_name="end-to-end p95", slo_s=2.0, capacity_per_replica_rps=4.0, cost_per_hour_usd=24.0),
          "A peak of 30.0 req/s is forecast (now 3.0) on 1 ready replica; scaling to 8 keeps end-to-end p95 under "
          "2 s (32 req/s of capacity for 30); cost +$24/h."),
+        # The rate term planned for the rate's growth over a cold start: the sentence says so.
+        (ChangeFacts("reactive", 10, 15, ready_replicas=2, queue_depth=40, request_rate_rps=35.0, slo_s=1.0,
+                     capacity_per_replica_rps=4.25, rate_ahead_rps=61.25),
+         "Queue is 40 requests on 2 ready replicas; scaling to 15 keeps TTFT under 1 s (64 req/s of capacity for 61: "
+         "35 now, grown as over the last minute until new replicas are ready); cost unknown (no GPU price)."),
         (ChangeFacts("manual", 1, 3),  # nothing known: says only what is certain
          "The pool runs 1 replica; scaling to 3 (+2 replicas); cost unknown (no GPU price)."),
     ],
