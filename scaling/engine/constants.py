@@ -31,10 +31,14 @@ CONSTANTS: dict[str, Constant] = {
     "queue_term_rate_multiple": Constant(3.0, SUITE_ALL + "; 2 starved conv surges", 0.0, 20.0),
     # The rate a lead time ahead if it keeps growing as it grew over the last minute, at most this multiple
     # of the rate lately (1: off). Rule: the issue's own order (attainment at least
-    # the tuned baselines' on every case, then the fewest GPU-hours): of 1, 1.25, 1.5, 1.75 and 2, the
-    # smallest with every code case at least the tuned keda-queue's and hpa-util's attainment (1.75;
-    # 1.5 leaves code surge 10:5 s1 at 0.9025 against hpa-util's 0.9048); judged on conv and week 2.
-    "rate_trend_cap": Constant(1.75, "the suite's code cases (seed offset 0) against the tuned baselines", 1.0, 4.0),
+    # the tuned baselines' on every case, then the fewest GPU-hours): the smallest cap with every code case
+    # at least the tuned keda-queue's and hpa-util's attainment and none dominated by a static pool. Session
+    # 13, of 1-2: 1.75. Refitted by the same rule in session 15, when the correction stopped learning from
+    # latency served by fewer replicas (PoolPlan.latency_window_s), of 1.75, 2, 2.25 and 2.5: 2.25 (2 leaves
+    # code surge 10:5 s1 at 0.8930 against hpa-util's 0.9048; at 2.5 a static 14 dominates code surge 4:10);
+    # judged on conv and week 2.
+    "rate_trend_cap": Constant(2.25, "the suite's code cases (seed offset 0) against the tuned baselines and "
+                                     "static pools", 1.0, 4.0),
     # The guardrails.
     "scale_up_pods": Constant(4, "the Kubernetes HPA default (+4 pods a period)", 1, 1000, whole=True),
     # 900 (10x a period) was chosen on all the suite's cases before the training split, when it bought

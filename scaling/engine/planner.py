@@ -137,6 +137,11 @@ class PoolPlan:
     # at the SLO's percentile is at least this share of the SLO. Long prompts make TTFT prefill-bound
     # while nothing waits, and more replicas cannot fix that. Unknown queue time: not checked.
     correction_queue_share: float = default("correction_queue_share")
+    # The window the latency percentiles are read over (the Prometheus queries' `rate_window`, 1m): the
+    # correction learns only once the ready count has held this long, so that the latency it reads was
+    # served by the replicas it divides the load by. Right after replicas arrive, the window's latency is
+    # the backlog of the fewer replicas before them, which says nothing about a replica's capacity.
+    latency_window_s: float = 60.0
     # The share of the corrected capacity the pool is planned to use: the profile states capacity
     # where latency reaches the SLO at a steady rate, and bursts above the rate need room.
     capacity_utilisation: float = default("capacity_utilisation")
@@ -208,6 +213,7 @@ class PlannerState:
     capacity_correction: float = 1.0
     last_prescale_at_s: float | None = None
     last_prescale_target: int | None = None  # the last proposal's replicas (the cooldown compares with it)
+    ready_since: tuple[int, float] | None = None  # (ready replicas, when that count was first seen)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -219,6 +225,7 @@ class PlannerState:
             "capacity_correction": self.capacity_correction,
             "last_prescale_at_s": self.last_prescale_at_s,
             "last_prescale_target": self.last_prescale_target,
+            "ready_since": list(self.ready_since) if self.ready_since else None,
         }
 
     @classmethod
@@ -232,6 +239,7 @@ class PlannerState:
             capacity_correction=float(data.get("capacity_correction", 1.0)),
             last_prescale_at_s=data.get("last_prescale_at_s"),
             last_prescale_target=data.get("last_prescale_target"),
+            ready_since=(int(data["ready_since"][0]), float(data["ready_since"][1])) if data.get("ready_since") else None,
         )
 
 
@@ -636,11 +644,16 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     reasons: list[str] = []
 
     carried = signals if inputs.served_rate is None else replace(signals, request_rate_rps=inputs.served_rate)
-    correction, corrected = corrected_capacity(pool, state, carried, ready) if key_known else (state.capacity_correction, None)
+    ready_since = state.ready_since if state.ready_since and state.ready_since[0] == ready else (
+        (ready, now) if ready is not None else None)
+    ready_held = ready_since is not None and now - ready_since[1] >= pool.latency_window_s
+    correction, corrected = (corrected_capacity(pool, state, carried, ready) if key_known and ready_held
+                             else (state.capacity_correction, None))
     capacity_rps = pool.capacity_rps_per_replica * correction * pool.capacity_utilisation
     # What the step changes in the state, applied once at the end (every reader below reads fields it
     # does not change; `replace` is a tenth of a replay's decide step when called once per change).
-    changes: dict[str, Any] = {"capacity_correction": correction, "last_known_at_s": last_known}
+    changes: dict[str, Any] = {"capacity_correction": correction, "last_known_at_s": last_known,
+                               "ready_since": ready_since}
     if corrected:
         reasons.append(corrected)
     if no_queue_source:

@@ -486,10 +486,27 @@ def test_it_makes_no_proposal_on_unknown_load():
     ],
 )
 def test_it_corrects_capacity_by_observed_latency(case, rate, ttft_p95, direction):
-    decision = plan(inputs(signals(ready=8, rate=rate, ttft_p95=ttft_p95)), POOL, good_state())
+    state = dataclasses.replace(good_state(), ready_since=(8, NOW - 400))  # the 8 replicas served the whole latency window
+    decision = plan(inputs(signals(ready=8, rate=rate, ttft_p95=ttft_p95)), POOL, state)
     change = decision.capacity_per_replica_rps - POOL.capacity_rps_per_replica
     assert (change > 0) - (change < 0) == direction, case
     assert POOL.correction_min * 10 <= decision.capacity_per_replica_rps <= POOL.correction_max * 10
+
+
+def test_it_learns_nothing_from_latency_served_by_fewer_replicas_than_are_ready_now():
+    # A surge: 4 replicas ran a backlog for a minute, 4 more just became ready. The window's TTFT (2 s) is
+    # the backlog's, served by 4; divided by the 8 ready now it reads as half the capacity per replica.
+    state = dataclasses.replace(good_state(), ready_since=(4, NOW - 400))
+    slow = inputs(signals(ready=8, rate=60.0, ttft_p95=2.0))
+    decision = plan(slow, POOL, state)
+    assert decision.capacity_per_replica_rps == pytest.approx(POOL.capacity_rps_per_replica)
+    assert decision.state.ready_since == (8, NOW)
+    # Once the 8 have served a whole latency window (60 s, the queries' rate window), latency counts again.
+    later = plan(dataclasses.replace(slow, now_s=NOW + 45), POOL, decision.state)
+    assert later.capacity_per_replica_rps == pytest.approx(POOL.capacity_rps_per_replica)
+    held = plan(dataclasses.replace(slow, now_s=NOW + 60), POOL, later.state)
+    assert held.capacity_per_replica_rps < POOL.capacity_rps_per_replica
+    assert PlannerState.from_dict(held.state.to_dict()).ready_since == (8, NOW)  # survives a restart
 
 
 def _linear_latency(share: float) -> float:

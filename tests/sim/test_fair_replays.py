@@ -89,7 +89,9 @@ def test_the_bound_holds_where_prefill_bound_bursts_favour_holding_a_level(trace
 def test_where_no_pool_size_meets_the_objective_the_bound_check_allows_the_plateaus_last_decimal(traces_dir):
     # The suite's long-prompt case: attainment is a plateau whose fourth decimal is a few requests
     # that any change of plan moves either way. Searched at headroom's exact 0.9804, the bound cost
-    # 45.30 GPU-hours, where headroom spent 37.31 and plans at 29.4 reach 0.9802.
+    # 45.30 GPU-hours, where headroom spent 37.31 and plans at 29.4 reach 0.9802. And a bound searched
+    # only under the smallest static pool reaching the attainment (82 replicas) cost 45.30 at 0.9803,
+    # where the clairvoyant's own cap (94) finds 23.68: the search tries both.
     from bench.headroom_suite import workload_for
     from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
 
@@ -101,6 +103,9 @@ def test_where_no_pool_size_meets_the_objective_the_bound_check_allows_the_plate
     bound = bound_at(context, result.slo_attainment)
     assert bound.slo_attainment >= result.slo_attainment - BEST_ATTAINMENT_TOLERANCE
     assert bound.gpu_hours <= result.gpu_hours
+    # A lower target never costs more than the clairvoyant's own (0.9823 at 43.43 GPU-hours).
+    _, own = clairvoyant(context)
+    assert result.slo_attainment <= own.slo_attainment and bound.gpu_hours <= own.gpu_hours
 
 
 def test_the_headroom_policy_does_not_beat_the_clairvoyant_at_its_own_attainment():
