@@ -149,8 +149,9 @@ def pool_plan(*, capacity_rps_per_replica: float, min_replicas: int, max_replica
               slo_percentile: float, unloaded_latency_s: float, cold_start_p95_s: float | None,
               warm_pool_fraction: float = 0.4, target_queue_per_replica: float = 5.0,
               latency_curve: tuple[tuple[float, float], ...] = (),
-              capacity_latency_s: float | None = None) -> PoolPlan:
-    """The planner's view of a pool, built the same way for a live pool and a replayed one."""
+              capacity_latency_s: float | None = None, latency_window_s: float = 60.0) -> PoolPlan:
+    """The planner's view of a pool, built the same way for a live pool and a replayed one.
+    `latency_window_s`: the window the latency percentiles are read over (the cluster's rate window)."""
     return PoolPlan(
         capacity_rps_per_replica=capacity_rps_per_replica,
         min_replicas=min_replicas,
@@ -159,6 +160,7 @@ def pool_plan(*, capacity_rps_per_replica: float, min_replicas: int, max_replica
         slo_signal=latency_signal_for(slo_percentile),
         latency_curve=latency_curve,
         capacity_latency_s=capacity_latency_s,
+        latency_window_s=latency_window_s,
         unloaded_latency_s=min(unloaded_latency_s, max(slo_latency_s, capacity_latency_s or 0.0)),
         # Unmeasured is the default lead, never 0 s (a measured 0 would be a broken sample, not a fast pool).
         cold_start_p95_s=cold_start_p95_s if cold_start_p95_s else DEFAULT_COLD_START_S,

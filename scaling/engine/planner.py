@@ -137,7 +137,7 @@ class PoolPlan:
     # at the SLO's percentile is at least this share of the SLO. Long prompts make TTFT prefill-bound
     # while nothing waits, and more replicas cannot fix that. Unknown queue time: not checked.
     correction_queue_share: float = default("correction_queue_share")
-    # The window the latency percentiles are read over (the Prometheus queries' `rate_window`, 1m): the
+    # The window the latency percentiles are read over (the cluster's Prometheus rate window, 1m): the
     # correction learns only once the ready count has held this long, so that the latency it reads was
     # served by the replicas it divides the load by. Right after replicas arrive, the window's latency is
     # the backlog of the fewer replicas before them, which says nothing about a replica's capacity.

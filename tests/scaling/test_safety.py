@@ -12,7 +12,7 @@ from kubernetes import client
 
 from controlplane import services as core
 from controlplane.choices import Channel
-from controlplane.models import AuditEvent, Pool
+from controlplane.models import AuditEvent, Cluster, Pool
 from sandbox.kube.cluster import SandboxCluster
 from sandbox.replica import wait_until
 from scaling import loop, services
@@ -387,6 +387,14 @@ def test_a_near_zero_cold_start_never_replaces_the_pools_figures(kube_pool: Pool
     assert loop.pool_plan(Pool.objects.get(pk=kube_pool.pk)).cold_start_p95_s == 80.0
     Pool.objects.filter(pk=kube_pool.pk).update(cold_start_p50_s=0.0, cold_start_p95_s=0.0)  # broken figures are no lead time
     assert loop.pool_plan(Pool.objects.get(pk=kube_pool.pk)).cold_start_p95_s == loop.DEFAULT_COLD_START_S
+
+
+def test_the_correction_waits_for_the_clusters_rate_window(kube_pool: Pool) -> None:
+    # The latency percentiles are read over the cluster's rate window: the correction learns only once the
+    # ready count has held that long.
+    assert loop.pool_plan(Pool.objects.get(pk=kube_pool.pk)).latency_window_s == 60.0
+    Cluster.objects.filter(pk=kube_pool.cluster_id).update(prometheus_rate_window="2m30s")
+    assert loop.pool_plan(Pool.objects.get(pk=kube_pool.pk)).latency_window_s == 150.0
 
 
 # --- 7. team boundaries hold for the loop too ----------------------------------------------------

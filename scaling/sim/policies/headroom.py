@@ -32,7 +32,7 @@ from scaling.engine.decide import ApprovalModel, DecideState, SeasonalCache
 from scaling.engine.planner import Decision, ForecastPoint, PlannerState, PoolPlan, record_scale_event
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.sim.config import ClientConfig, SimConfig
-from scaling.sim.policies.base import Observation
+from scaling.sim.policies.base import LATENCY_WINDOW_S, Observation
 from scaling.sim.profiles import inter_token_seconds
 from scaling.sim.workload import Workload
 
@@ -334,6 +334,7 @@ def pool_plan_for(config: SimConfig, workload: Workload, capacity_rps: float | N
         cold_start_p95_s=config.cold_start.p95_s,
         latency_curve=curve,
         capacity_latency_s=at_capacity,
+        latency_window_s=LATENCY_WINDOW_S,
     )
 
 
