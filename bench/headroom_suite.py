@@ -1,7 +1,7 @@
 """The headroom policy against the tuned baselines, the clairvoyant bound and every static size, on a suite of replays.
 
     .venv/bin/python bench/headroom_suite.py [--traces ../shared/traces] [--seed-offset N] [--pool FIELD=VALUE ...]
-        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--approval-delay-s S]
+        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--approval-delay-s S] [--reactive-max-percent P]
         [--cases LABEL,...] [--no-baselines] [--no-bound-check] [--json]
 
 Why a suite: one trace rewards tuning to that trace. Each case is an Azure trace (request mode,
@@ -96,7 +96,8 @@ def run_case(workload, config: SimConfig, pool: PoolPlan, args: argparse.Namespa
 
     context = PolicyContext(workload, config, evaluate)
     bound = clairvoyant(context)[1]
-    policy = HeadroomPolicy(pool, approval_delay_s=args.approval_delay_s, tick_s=config.tick_s or 15.0)
+    policy = HeadroomPolicy(pool, approval_delay_s=args.approval_delay_s, tick_s=config.tick_s or 15.0,
+                            reactive_max_percent=args.reactive_max_percent)
     results = {"headroom": run_request_mode(workload, config, policy)}
     if not args.no_baselines:
         for name in ("keda-queue", "hpa-util"):
@@ -181,6 +182,8 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=600.0, metavar="S", help="seen by every policy, not scored")
     parser.add_argument("--approval-delay-s", type=float, default=60.0, metavar="S",
                         help="a person's answer to what policy does not approve (0: everything at once)")
+    parser.add_argument("--reactive-max-percent", type=int, default=None, metavar="P",
+                        help="the approval guardrail as a share of the pool (ApprovalPolicy.reactive_max_percent; default off)")
     parser.add_argument("--cases", default="", metavar="LABEL,...", help="only these cases (default: all)")
     parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue and hpa-util")
     parser.add_argument("--no-bound-check", action="store_true", help="skip the clairvoyant at each policy's attainment")

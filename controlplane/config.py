@@ -5,6 +5,7 @@ Parsers raise ValueError with a message fit to show a user next to the field.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import time
@@ -52,8 +53,24 @@ class ApprovalPolicy:
     # Reactive (and predictive) scale-ups are auto-approved only up to this many added replicas (the
     # guardrail); a larger one runs this share at once and leaves the rest to a person.
     reactive_max_step: int = 4
+    # ...or this share of the replicas the pool runs, in percent, where that is more (the Kubernetes HPA's
+    # own scale-up limit is max(4 pods, 100 %)); None: the step alone. +4 is a quarter of a 16-replica pool.
+    reactive_max_percent: int | None = None
     # The planner's scale-downs that held through the stabilization window and keep the warm floor.
     auto_approve_scale_down: bool = True
+
+    def guardrail(self, current: int) -> int:
+        """The most replicas policy adds at once to a pool running `current`."""
+        return guardrail_step(self.reactive_max_step, self.reactive_max_percent, current)
+
+
+def guardrail_step(step: int, percent: int | None, current: int) -> int:
+    """max(step, percent of `current` rounded up): the HPA's max(pods, percent) rule (percent None: off)."""
+    return max(step, math.ceil(max(current, 0) * percent / 100) if percent else 0)
+
+
+# Settings whose null means "off".
+NULLABLE_APPROVAL_KEYS = ("two_person_min_delta", "reactive_max_percent")
 
 
 def parse_approval_policy(raw: Any) -> ApprovalPolicy:
@@ -67,10 +84,9 @@ def parse_approval_policy(raw: Any) -> ApprovalPolicy:
         raise ValueError(f"unknown keys: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        expected = type(getattr(defaults, key))
-        if key == "two_person_min_delta" and value is None:
+        if key in NULLABLE_APPROVAL_KEYS and value is None:
             values[key] = None
-        elif expected is bool or key.startswith("auto_"):
+        elif key.startswith("auto_"):
             if not isinstance(value, bool):
                 raise ValueError(f"{key} must be true or false")
             values[key] = value
@@ -82,6 +98,8 @@ def parse_approval_policy(raw: Any) -> ApprovalPolicy:
         raise ValueError("expiry_minutes must be at most 1440 (a day)")
     if values.get("two_person_window_minutes", defaults.two_person_window_minutes) > 7 * 24 * 60:
         raise ValueError("two_person_window_minutes must be at most 10080 (a week)")
+    if (values.get("reactive_max_percent") or 0) > 1000:
+        raise ValueError("reactive_max_percent must be at most 1000 (11 times the pool at once)")
     return ApprovalPolicy(**values)
 
 

@@ -110,7 +110,7 @@ def sentence(facts: ChangeFacts) -> str:
 
 
 def why_a_person(*, kind: str, delta: int, by_the_planner: bool, policy: ApprovalPolicy, team: str,
-                 requested_by: str = "") -> str:
+                 requested_by: str = "", current: int = 0) -> str:
     """Who may approve and why policy did not: shown on a pending card."""
     who = f"Operators and admins of team {team} may approve"
     if not by_the_planner:
@@ -119,7 +119,7 @@ def why_a_person(*, kind: str, delta: int, by_the_planner: bool, policy: Approva
         because = "a pre-scale for a forecast peak is decided by a person (or the off-hours window)"
     elif kind in (REACTIVE, PREDICTIVE) and delta > 0:
         enabled = policy.auto_approve_reactive if kind == REACTIVE else policy.auto_approve_predictive
-        because = (f"it adds {delta} replicas, more than the guardrail of {policy.reactive_max_step} approved by policy"
+        because = (f"it adds {delta} replicas, more than the guardrail of {policy.guardrail(current)} approved by policy"
                    if enabled else f"this pool's policy approves no {kind} scale-up automatically")
     elif delta < 0:
         because = ("this pool's policy approves no scale-down automatically" if not policy.auto_approve_scale_down
@@ -157,4 +157,4 @@ def why_for(proposal: Any) -> str:
     requester = proposal.requested_by.get_username() if proposal.requested_by else ""
     return why_a_person(kind=proposal.kind, delta=proposal.target_replicas - proposal.current_replicas,
                         by_the_planner=proposal.requested_by_id is None, policy=proposal.pool.approval,
-                        team=proposal.pool.team.name, requested_by=requester)
+                        team=proposal.pool.team.name, requested_by=requester, current=proposal.current_replicas)

@@ -196,7 +196,7 @@ def propose(
                 share = create(share_target, f"{key}{SHARE_KEY_SUFFIX}", [note, *(reasons or [])])
                 approve(share.pk, core.Actor(user=None, channel=Channel.AUTO), comment=(
                     f"the guardrail's share: +{share_target - current} of +{target_replicas - current} at once "
-                    f"(guardrail {policy.reactive_max_step})"), now=now)
+                    f"(guardrail {policy.guardrail(current)})"), now=now)
                 reasons = [note | {"share": share.pk}, *(reasons or [])]
             proposal = create(target_replicas, key, reasons or [])
     except IntegrityError:
@@ -224,8 +224,8 @@ def _within_guardrail_kind(policy: ApprovalPolicy, kind: str) -> bool:
 def guardrail_share(policy: ApprovalPolicy, kind: str, actor: core.Actor, current: int, target: int) -> int | None:
     """The replicas the planner's scale-up past the guardrail runs at once (None: no split)."""
     by_the_planner = actor.user is None and actor.channel == Channel.AUTO
-    if by_the_planner and _within_guardrail_kind(policy, kind) and target - current > policy.reactive_max_step:
-        return current + policy.reactive_max_step
+    if by_the_planner and _within_guardrail_kind(policy, kind) and target - current > policy.guardrail(current):
+        return current + policy.guardrail(current)
     return None
 
 
@@ -269,8 +269,9 @@ def auto_approval_reason(proposal: Proposal, now: datetime) -> str:
     cluster = proposal.pool.cluster
     planner_made = _by_the_planner(proposal)
     if (planner_made and _within_guardrail_kind(policy, proposal.kind)
-            and 0 < proposal.delta <= policy.reactive_max_step):
-        return f"{proposal.kind} scale-up of {proposal.delta} within the guardrail of {policy.reactive_max_step}"
+            and 0 < proposal.delta <= policy.guardrail(proposal.current_replicas)):
+        return (f"{proposal.kind} scale-up of {proposal.delta} within the guardrail of "
+                f"{policy.guardrail(proposal.current_replicas)}")
     if planner_made and policy.auto_approve_scale_down and proposal.delta < 0 and proposal.kind != ProposalKind.PRESCALE:
         if settled := scale_down_settled(proposal, now):
             return settled

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from controlplane.config import guardrail_step
 from scaling.engine import planner
 from scaling.engine.forecast import DEFAULT_MEMORY, ForecastMemory, OnlineForecast
 from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow
@@ -365,16 +366,21 @@ class ApprovalModel:
     approval_delay_s: float = 60.0
     reactive_max_step: int = 4
     auto_approve_scale_down: bool = True
+    reactive_max_percent: int | None = None  # `ApprovalPolicy.reactive_max_percent`
     pending: dict[bool, _Pending] = field(default_factory=dict)  # by track: pre-scale or not
     floor: tuple[int, float] | None = None  # (replicas, until)
 
     def approved_floor(self, now_s: float) -> int:
         return self.floor[0] if self.floor is not None and now_s < self.floor[1] else 0
 
+    def guardrail(self, current: int) -> int:
+        """`ApprovalPolicy.guardrail`: the step, or the share of the pool where that is more."""
+        return guardrail_step(self.reactive_max_step, self.reactive_max_percent, current)
+
     def at_once(self, kind: str, current: int, target: int) -> int:
         """The replicas policy approves at once for this change (`current` when it approves nothing)."""
         if kind in GUARDRAIL_KINDS and target > current:
-            return min(target, current + self.reactive_max_step)
+            return min(target, current + self.guardrail(current))
         if self.auto_approve_scale_down and kind != PRESCALE_KIND and target < current:
             return target
         return current

@@ -142,6 +142,18 @@ def test_default_replay_guardrail_is_the_live_default():
 
     assert ApprovalModel().reactive_max_step == ApprovalPolicy().reactive_max_step
     assert ApprovalModel().auto_approve_scale_down == ApprovalPolicy().auto_approve_scale_down
+    assert ApprovalModel().reactive_max_percent == ApprovalPolicy().reactive_max_percent
+
+
+def test_a_guardrail_as_a_share_of_the_pool_approves_a_doubling_at_once():
+    # +100 %: a 12-replica pool may double without a person (the HPA's own max(4 pods, 100 %)); +4 would
+    # have run 16 and left 8 to a person.
+    approvals = ApprovalModel(approval_delay_s=60.0, reactive_max_percent=100)
+    assert approvals.apply(0.0, _decision(24, 12), 12, 1800.0, 1, 40) == 24
+    assert approvals.apply(15.0, _decision(40, 24), 24, 1800.0, 1, 40) == 40
+    # Below the step, the step still holds: 1 replica may add 4.
+    assert ApprovalModel(reactive_max_percent=100).apply(0.0, _decision(9, 1), 1, 1800.0, 1, 40) == 5
+    assert ApprovalModel().apply(0.0, _decision(24, 12), 12, 1800.0, 1, 40) == 16
 
 
 class _Recorded:

@@ -15,7 +15,7 @@ from controlplane import services as core
 from controlplane.choices import Channel
 from controlplane.models import Pool
 from sandbox.kube.cluster import SandboxCluster
-from scaling import services
+from scaling import explain, services
 from scaling.choices import ProposalKind, ProposalState
 from scaling.drivers.kubernetes import KubernetesDriver
 from scaling.engine import planner
@@ -88,6 +88,18 @@ def test_the_guardrail_follows_the_pools_step(pool: Pool) -> None:
     pool = _policy(pool, reactive_max_step=2)
     services.propose(pool, 8, ProposalKind.REACTIVE, PLANNER, current=3)
     assert Proposal.objects.get(pool=pool, state=ProposalState.APPROVED).target_replicas == 5
+
+
+def test_the_guardrail_may_be_a_share_of_the_pool(pool: Pool) -> None:
+    Pool.objects.filter(pk=pool.pk).update(max_replicas=40)
+    pool = _policy(pool, reactive_max_percent=50)
+    doubled = services.propose(pool, 18, ProposalKind.REACTIVE, PLANNER, current=12)  # +6 is 50 % of 12
+    assert doubled.state == ProposalState.APPROVED
+    assert "within the guardrail of 6" in doubled.events.last().comment
+    rest = services.propose(pool, 30, ProposalKind.REACTIVE, PLANNER, current=18)  # +9 at once, 3 for a person
+    assert rest.state == ProposalState.PENDING
+    assert Proposal.objects.get(pool=pool, state=ProposalState.APPROVED, current_replicas=18).target_replicas == 27
+    assert "more than the guardrail of 9 approved by policy" in explain.why_for(rest)
 
 
 def test_a_newer_decision_within_the_guardrail_supersedes_the_waiting_rest(pool: Pool) -> None:

@@ -184,6 +184,7 @@ class HeadroomPolicy:
     pool: PoolPlan
     approval_delay_s: float = 60.0  # a person's answer to a proposal policy does not approve
     reactive_max_step: int = 4  # `ApprovalPolicy.reactive_max_step`: reactive scale-ups approved by policy
+    reactive_max_percent: int | None = None  # `ApprovalPolicy.reactive_max_percent`: or this share of the pool
     name: str = "headroom"
     tick_s: float = 15.0
     observes_latency: bool = True  # request mode reports TTFT percentiles to it
@@ -192,7 +193,8 @@ class HeadroomPolicy:
     forecasts: SharedForecasts | ForecastReader | None = field(default=None, compare=False, repr=False)
 
     def new_state(self) -> HeadroomState:
-        return HeadroomState(history=MemoryHistory(ApprovalModel(self.approval_delay_s, self.reactive_max_step)))
+        return HeadroomState(history=MemoryHistory(ApprovalModel(
+            self.approval_delay_s, self.reactive_max_step, reactive_max_percent=self.reactive_max_percent)))
 
     def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
         signals = signals_of(observation)
