@@ -1,4 +1,4 @@
-"""A pool's overrides of the planner's constants (issue 12 item 10): API, form, and the loop's plan."""
+"""A pool's overrides of the planner's constants (issue 12 item 10) and of its approval guardrail: API, form, and the loop's plan."""
 from __future__ import annotations
 
 import pytest
@@ -64,3 +64,24 @@ def test_the_form_shows_a_bad_override_inline_and_saves_nothing(bob: User, pool:
     data["planner_constants"] = '{"prescale_ratio": 4}'
     assert client.post("/pool/new/", data, HTTP_HX_REQUEST="true").status_code == 204
     assert Pool.objects.get(name="new-pool").planner_constants == {"prescale_ratio": 4}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"reactive_max_percent": 100}, None),
+        ({"reactive_max_percent": None}, None),
+        ({"reactive_max_percent": 0}, "reactive_max_percent must be a whole number >= 1"),
+        ({"reactive_max_percent": 5000}, "reactive_max_percent must be at most 1000"),
+    ],
+)
+def test_the_approval_guardrail_as_a_share_of_the_pool_is_validated_by_the_api(bob: User, pool: Pool, value,
+                                                                               message) -> None:  # noqa: ANN001
+    response = token_client(bob).patch(f"/api/v1/pools/{pool.pk}/", {"approval_policy": value}, format="json")
+    pool.refresh_from_db()
+    if message is None:
+        assert response.status_code == 200 and pool.approval_policy == value
+        assert pool.approval.guardrail(12) == (12 if value["reactive_max_percent"] else 4)
+    else:
+        assert response.status_code == 400 and message in str(response.data["approval_policy"])
+        assert pool.approval_policy == {}
