@@ -128,6 +128,11 @@ class Cluster(models.Model):
     def prices(self) -> dict[str, config.GpuPrice]:
         return config.parse_gpu_prices(self.gpu_prices)
 
+    @property
+    def rate_window_s(self) -> float:
+        """The window the cluster's rates and latency percentiles are read over, in seconds."""
+        return config.parse_rate_window(self.prometheus_rate_window)
+
 
 class Pool(models.Model):
     """One vLLM deployment serving one model in one cluster."""

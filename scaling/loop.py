@@ -30,7 +30,6 @@ from django.utils import timezone
 from controlplane import metrics
 from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
-from controlplane.config import parse_rate_window
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
 from incidents.models import HourlyRollup
@@ -174,17 +173,9 @@ def pool_plan(pool: Pool) -> PoolPlan:
         warm_pool_fraction=pool.warm_pool_fraction,
         target_queue_per_replica=pool.target_queue_per_replica,
         # A live pool has no load-tested latency curve yet: latency may only lower the stated capacity.
-        latency_window_s=_rate_window_s(pool.cluster),
+        latency_window_s=pool.cluster.rate_window_s,
     )
     return constants.apply_overrides(plan, pool.planner_overrides)
-
-
-def _rate_window_s(cluster: Cluster) -> float:
-    """The window the cluster's latency percentiles are read over (validated on save; the default if not)."""
-    try:
-        return parse_rate_window(cluster.prometheus_rate_window)
-    except ValueError:
-        return 60.0
 
 
 class DatabaseHistory:
