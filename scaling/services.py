@@ -224,8 +224,9 @@ def _within_guardrail_kind(policy: ApprovalPolicy, kind: str) -> bool:
 def guardrail_share(policy: ApprovalPolicy, kind: str, actor: core.Actor, current: int, target: int) -> int | None:
     """The replicas the planner's scale-up past the guardrail runs at once (None: no split)."""
     by_the_planner = actor.user is None and actor.channel == Channel.AUTO
-    if by_the_planner and _within_guardrail_kind(policy, kind) and target - current > policy.guardrail(current):
-        return current + policy.guardrail(current)
+    guardrail = policy.guardrail(current)
+    if by_the_planner and _within_guardrail_kind(policy, kind) and target - current > guardrail:
+        return current + guardrail
     return None
 
 
@@ -268,10 +269,9 @@ def auto_approval_reason(proposal: Proposal, now: datetime) -> str:
     policy = proposal.pool.approval
     cluster = proposal.pool.cluster
     planner_made = _by_the_planner(proposal)
-    if (planner_made and _within_guardrail_kind(policy, proposal.kind)
-            and 0 < proposal.delta <= policy.guardrail(proposal.current_replicas)):
-        return (f"{proposal.kind} scale-up of {proposal.delta} within the guardrail of "
-                f"{policy.guardrail(proposal.current_replicas)}")
+    guardrail = policy.guardrail(proposal.current_replicas)
+    if planner_made and _within_guardrail_kind(policy, proposal.kind) and 0 < proposal.delta <= guardrail:
+        return f"{proposal.kind} scale-up of {proposal.delta} within the guardrail of {guardrail}"
     if planner_made and policy.auto_approve_scale_down and proposal.delta < 0 and proposal.kind != ProposalKind.PRESCALE:
         if settled := scale_down_settled(proposal, now):
             return settled
