@@ -104,10 +104,16 @@ QUERIES: dict[str, str] = {
 # Per replica: the queue of each ready replica (the HPA core's per-pod metric).
 WAITING_PER_REPLICA = "sum by ({by}, {replica}) (vllm:num_requests_waiting{{{sel}}})"
 # Per replica: the API's answers and its 5xx over a window, for the endpoint circuit breakers.
-ENDPOINT_REQUESTS = ("sum by ({by}, {replica}) (increase(http_requests_total{{handler=~\"/v1/.*\"}}[{w}])"
+# increase() never counts a series' first sample, and a pod's 5xx series is born with its first failure (a
+# new pod's every series with its first request): a series born inside the window counts from 0 instead.
+def _counted_in_window(series: str) -> str:
+    return f"((increase({series}[{{w}}]) and {series} offset {{w}}) or ({series} unless {series} offset {{w}}))"
+
+
+ENDPOINT_REQUESTS = ("sum by ({by}, {replica}) (" + _counted_in_window('http_requests_total{{handler=~"/v1/.*"}}')
                      + _POD_JOIN + ")")
-ENDPOINT_FAILURES = ("sum by ({by}, {replica}) (increase(http_requests_total{{handler=~\"/v1/.*\",status=~\"5..\"}}[{w}])"
-                     + _POD_JOIN + ")")
+ENDPOINT_FAILURES = ("sum by ({by}, {replica}) ("
+                     + _counted_in_window('http_requests_total{{handler=~"/v1/.*",status=~"5.."}}') + _POD_JOIN + ")")
 # Freshness: the oldest last-scrape time per pool, for each source family.
 FRESHNESS = {
     "vllm": "min by ({by}) (timestamp(vllm:num_requests_running{{{sel}}}))",
