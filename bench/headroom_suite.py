@@ -1,7 +1,7 @@
 """The headroom policy against the tuned baselines, the clairvoyant bound and every static size, on a suite of replays.
 
     .venv/bin/python bench/headroom_suite.py [--traces ../shared/traces] [--seed-offset N] [--pool FIELD=VALUE ...]
-        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--approval-delay-s S] [--reactive-max-percent P]
+        [--profile NAME] [--cold-start-s S] [--slo-ttft-ms MS] [--warmup-s S] [--approval-delay-s S] [--reactive-max-percent P] [--rate-window-s S]
         [--cases LABEL,...] [--no-baselines] [--no-bound-check] [--json]
 
 Why a suite: one trace rewards tuning to that trace. Each case is an Azure trace (request mode,
@@ -37,6 +37,7 @@ from scaling.engine.planner import PoolPlan
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.loaders import load_trace
 from scaling.sim.policies import PolicyContext, bound_at, build_policy, clairvoyant
+from scaling.sim.policies.base import LATENCY_WINDOW_S
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for
 from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
@@ -97,7 +98,7 @@ def run_case(workload, config: SimConfig, pool: PoolPlan, args: argparse.Namespa
     context = PolicyContext(workload, config, evaluate)
     bound = clairvoyant(context)[1]
     policy = HeadroomPolicy(pool, approval_delay_s=args.approval_delay_s, tick_s=config.tick_s or 15.0,
-                            reactive_max_percent=args.reactive_max_percent)
+                            reactive_max_percent=args.reactive_max_percent, rate_window_s=args.rate_window_s)
     results = {"headroom": run_request_mode(workload, config, policy)}
     if not args.no_baselines:
         for name in ("keda-queue", "hpa-util"):
@@ -182,6 +183,9 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=600.0, metavar="S", help="seen by every policy, not scored")
     parser.add_argument("--approval-delay-s", type=float, default=60.0, metavar="S",
                         help="a person's answer to what policy does not approve (0: everything at once)")
+    parser.add_argument("--rate-window-s", type=float, default=LATENCY_WINDOW_S, metavar="S",
+                        help="the window headroom reads the request rate over, as a live pool's prometheus_rate_window "
+                             "(default 60; 15, the tick, reads each tick's own count as replays did before session 16)")
     parser.add_argument("--reactive-max-percent", type=int, default=None, metavar="P",
                         help="the approval guardrail as a share of the pool (ApprovalPolicy.reactive_max_percent; default off)")
     parser.add_argument("--cases", default="", metavar="LABEL,...", help="only these cases (default: all)")

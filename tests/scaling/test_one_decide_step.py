@@ -1,6 +1,7 @@
 """The live loop and the replay decide alike: one decide step, the same inputs (issue 12 item 8)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import datetime, timedelta, timezone
 
@@ -8,6 +9,7 @@ from controlplane.models import Pool
 from scaling import loop
 from scaling.engine import planner
 from scaling.engine.planner import PlannerState
+from scaling.engine.signals import Reading
 from scaling.models import PlannerMemory
 from scaling.sim.policies.base import Observation
 from scaling.sim.policies.headroom import HeadroomPolicy, signals_of
@@ -53,7 +55,10 @@ def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool)
     for tick in range(130):
         observation = _observation(tick, desired)
         now = START + timedelta(seconds=tick * TICK_S)
-        live = loop.tick_pool(pool, signals_of(observation), now).decided
+        # The loop reads Prometheus's rate(...[1m]): the mean of the last four 15-s ticks' rates.
+        read = sum(_rate(earlier) for earlier in range(max(0, tick - 3), tick + 1)) / (min(tick, 3) + 1)
+        live = loop.tick_pool(pool, dataclasses.replace(signals_of(observation), request_rate_rps=Reading(read, 0.0)),
+                              now).decided
         applied = replay.decide(observation.now, observation, state)
         replayed = state.decisions[-1]
         compared.append((live["target_replicas"], replayed.target_replicas))

@@ -120,3 +120,31 @@ def test_its_lead_forecast_follows_the_trend_of_the_observed_rates(case, per_min
     change = lead.expected_rps - per_minute[-1]
     assert (change > 1e-6) - (change < -1e-6) == direction, case
     assert lead.p90_rps >= lead.expected_rps
+
+
+def test_it_reads_the_request_rate_over_the_live_pools_rate_window():
+    """The live loop reads Prometheus's rate(...[1m]), never one 15-s tick's count: on/off traffic (0 and
+    40 req/s in turn) is 20 req/s to it once a minute is known. A replay that read each tick's count saw
+    bursts as growth and surges a tick early. The served rate (a route's fallback) is read alike."""
+    from scaling.sim.policies.base import Observation
+
+    def observe(tick: int) -> Observation:
+        rate = 40.0 * (tick % 2)
+        return Observation(now=tick * 15.0, ready_replicas=4, starting_replicas=0, desired_replicas=4,
+                           queue_depth=0.0, running=4.0, utilisation=0.5, arrival_rate_rps=rate,
+                           served_rate_rps=rate / 2)
+
+    pool = planner.PoolPlan(capacity_rps_per_replica=10.0, max_replicas=100)
+    windowed, per_tick = HeadroomPolicy(pool), HeadroomPolicy(pool, rate_window_s=15.0)
+    states = {policy: policy.new_state() for policy in (windowed, per_tick)}
+    for state in states.values():
+        state.keep_decisions = True
+    for tick in range(1, 13):
+        for policy, state in states.items():
+            policy.decide(tick * 15.0, observe(tick), state)
+    assert states[windowed].history.rates[:3] == [40.0, 20.0, 80.0 / 3]  # less than a minute known: its mean
+    assert states[windowed].history.rates[3:] == [20.0] * 9
+    assert states[per_tick].history.rates == [40.0 * (tick % 2) for tick in range(1, 13)]
+    assert {d.term(planner.REACTIVE_RATE).numbers["request_rate_rps"] for d in states[windowed].decisions[3:]} == {20.0}
+    served = states[windowed].served.ticks
+    assert len(served) == 4 and sum(rate for _, rate in served) / len(served) == 10.0  # a minute of served rates

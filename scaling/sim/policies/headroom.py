@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -167,11 +168,31 @@ class ForecastReader:
 
 
 @dataclass
+class RateWindow:
+    """The rate as a live pool's Prometheus reads it, `rate(...[window])`: the requests of the ticks in the
+    last `window_s` over their span. The simulator counts each tick's requests; the loop never sees one
+    tick alone (a 15-s rate of bursty traffic swings several-fold where the 1-minute rate does not)."""
+
+    window_s: float
+    ticks: deque[tuple[float, float]] = field(default_factory=deque)  # (tick time, rate over that tick)
+
+    def read(self, now_s: float, tick_rate_rps: float) -> float:
+        if math.isnan(tick_rate_rps):
+            return tick_rate_rps
+        self.ticks.append((now_s, tick_rate_rps))
+        while self.ticks[0][0] <= now_s - self.window_s:
+            self.ticks.popleft()
+        return sum(rate for _, rate in self.ticks) / len(self.ticks)
+
+
+@dataclass
 class HeadroomState:
     decide: DecideState = field(default_factory=DecideState)
     history: MemoryHistory = field(default_factory=MemoryHistory)
     decisions: list[Decision] = field(default_factory=list)
     keep_decisions: bool = False
+    arrivals: RateWindow = field(default_factory=lambda: RateWindow(LATENCY_WINDOW_S))
+    served: RateWindow = field(default_factory=lambda: RateWindow(LATENCY_WINDOW_S))
 
     @property
     def planner(self) -> PlannerState:
@@ -191,14 +212,20 @@ class HeadroomPolicy:
     # Forecasts recorded once for every replay of the same arrivals (a warm-pool report's sizes); None:
     # the decide step's own forecasters.
     forecasts: SharedForecasts | ForecastReader | None = field(default=None, compare=False, repr=False)
+    # The window the pool's request rate is read over: a live pool's `prometheus_rate_window` (1m by default);
+    # the tick (15 s) reads each tick's own count, as replays did before session 16.
+    rate_window_s: float = LATENCY_WINDOW_S
 
     def new_state(self) -> HeadroomState:
         return HeadroomState(history=MemoryHistory(ApprovalModel(
-            self.approval_delay_s, self.reactive_max_step, reactive_max_percent=self.reactive_max_percent)))
+            self.approval_delay_s, self.reactive_max_step, reactive_max_percent=self.reactive_max_percent)),
+            arrivals=RateWindow(self.rate_window_s), served=RateWindow(self.rate_window_s))
 
     def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
-        signals = signals_of(observation)
-        served = None if math.isnan(observation.served_rate_rps) else fresh(observation.served_rate_rps)
+        rate = state.arrivals.read(now, observation.arrival_rate_rps)
+        served_rate = state.served.read(now, observation.served_rate_rps)
+        signals = replace(signals_of(observation), request_rate_rps=fresh(rate))
+        served = None if math.isnan(served_rate) else fresh(served_rate)
         step = decide.decide(now, signals, self.pool, state.decide, state.history, forecast_source=self.forecasts,
                              served_rate=served)
         decision = step.decision
@@ -210,7 +237,7 @@ class HeadroomPolicy:
         # The simulated cluster accepts an approved change at once: that is when the rate limits count it.
         planner_state = record_scale_event(step.state.planner, now, target - current)
         state.decide = step.state if planner_state is step.state.planner else replace(step.state, planner=planner_state)
-        state.history.record(now, observation.arrival_rate_rps, target - current)
+        state.history.record(now, rate, target - current)
         return target
 
 
