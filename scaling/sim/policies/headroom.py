@@ -1,7 +1,8 @@
 """`headroom`: the live loop's decide step (`scaling/engine/decide.py`) driving the simulated pool.
 
 A thin adapter: each tick the observation becomes fresh `PoolSignals` (the simulator's metrics
-never go missing) and the policy calls `decide()`, the same function the live loop calls, with a
+never go missing; the request rate read over the pool's rate window, as Prometheus reads it for the
+loop) and the policy calls `decide()`, the same function the live loop calls, with a
 `PoolHistory` kept in memory (the observed arrival rates, the replicas it asked for, the approved
 pre-scale) instead of the database. What the decision asks for is approved as production approves
 it (`ApprovalModel`): reactive and predictive scale-ups within the guardrail at once (a larger
