@@ -44,7 +44,10 @@ if TYPE_CHECKING:
 CAPACITY_BISECTION_STEPS = 7
 IDLE_SHARE = 0.05  # of the raw prefill capacity: the load test's nearly idle pool
 LATENCY_CURVE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of the load-tested capacity: where the curve is measured
-REQUESTS_KEPT_S = 3600.0  # replicas asked for longer ago than this are no longer arriving (as the loop's)
+REQUESTS_KEPT_S = 3600.0
+# Requests a load test replays at each rate: a pool at 5 req/s per replica sent about this many in the
+# 10 minutes the test used to last (4 replicas), and one attainment is then known to a few 0.1 %.
+LOAD_TEST_REQUESTS = 12_000  # replicas asked for longer ago than this are no longer arriving (as the loop's)
 
 
 def fresh(value: float) -> Reading:
@@ -242,10 +245,15 @@ class HeadroomPolicy:
         return target
 
 
-def _load_test(config: SimConfig, workload: Workload, replicas: int, duration_s: float) -> Callable[[float], SimResult]:
+def _load_test(config: SimConfig, workload: Workload, replicas: int,
+               requests: int = LOAD_TEST_REQUESTS) -> Callable[[float], SimResult]:
     """Runs `replicas` warm replicas of the profile under Poisson arrivals at a pool-wide rate.
 
-    Prompt and output lengths are drawn from the workload's token mix (never its timing).
+    Prompt and output lengths are drawn from the workload's token mix (never its timing). Every rate
+    replays the same `requests` requests in the same order, only spaced differently (the same unit-rate
+    gaps divided by the rate): the bisection compares rates, not samples. Drawn anew for each rate, a
+    few hundred long-prompt requests (a pool serving 0.1 req/s per replica) made the measured capacity
+    vary 6x from one seed to the next (docs/benchmarks.md, "Judged on traffic the suite never saw").
     """
     from scaling.sim.policies.static import StaticPolicy
     from scaling.sim.request_mode import run_request_mode
@@ -253,16 +261,16 @@ def _load_test(config: SimConfig, workload: Workload, replicas: int, duration_s:
 
     prompt, output = workload.token_sample()
     rng = np.random.default_rng(config.seed)
+    picks = rng.integers(0, len(prompt), requests)
+    prompts, outputs = np.asarray(prompt)[picks], np.asarray(output)[picks]
+    unit_arrivals = np.cumsum(rng.exponential(1.0, requests))  # a Poisson process at 1 req/s
     # A load test scores every request it sends: the replay's warm-up is not part of it (with it, a
     # 10-minute test scored nothing and every rate "met" the objective).
     load_config = replace(config, client=ClientConfig(), queue_limit=None, min_replicas=replicas, max_replicas=replicas,
                           warmup_s=0.0)
 
     def run(rate: float) -> SimResult:
-        count = int(rate * duration_s)
-        arrivals = np.sort(rng.uniform(0, duration_s, count))
-        picks = rng.integers(0, len(prompt), count)
-        trace = Trace("load-test", arrivals, np.asarray(prompt)[picks], np.asarray(output)[picks])
+        trace = Trace("load-test", unit_arrivals / rate, prompts, outputs)
         return run_request_mode(trace, load_config, StaticPolicy(replicas))
 
     return run
@@ -278,7 +286,7 @@ def load_test_target(objective: float, idle_attainment: float) -> float:
     return objective if idle_attainment >= objective else objective - (1.0 - idle_attainment)
 
 
-def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4, duration_s: float = 600.0) -> float:
+def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int = 4) -> float:
     """Per-replica request rate at which a small pool still meets the TTFT SLO: a load test.
 
     Poisson arrivals with the workload's token mix on `replicas` warm replicas (`_load_test`);
@@ -287,7 +295,7 @@ def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int =
     """
     prompt, _ = workload.token_sample()
     raw = config.profile.prefill_tokens_per_s / max(float(np.mean(prompt)), 1.0) * replicas
-    run = _load_test(config, workload, replicas, duration_s)
+    run = _load_test(config, workload, replicas)
     target = load_test_target(config.slo_objective, run(raw * IDLE_SHARE).slo_attainment)
 
     def meets(rate: float) -> bool:
@@ -300,8 +308,8 @@ def measured_capacity_rps(config: SimConfig, workload: Workload, replicas: int =
     return max(low, raw * 0.01) / replicas
 
 
-def measured_latency_curve(config: SimConfig, workload: Workload, capacity_rps: float, replicas: int = 4,
-                           duration_s: float = 600.0) -> tuple[tuple[tuple[float, float], ...], float | None]:
+def measured_latency_curve(config: SimConfig, workload: Workload, capacity_rps: float,
+                           replicas: int = 4) -> tuple[tuple[tuple[float, float], ...], float | None]:
     """The profile's latency below capacity: the objective's TTFT percentile at a few shares of it,
     and the latency at capacity where it is not the SLO (None where it is).
 
@@ -313,7 +321,7 @@ def measured_latency_curve(config: SimConfig, workload: Workload, capacity_rps: 
     curve ends at the latency measured at capacity, above the SLO: the part no load causes is in
     the profile, so the correction learns only from the latency load adds.
     """
-    run = _load_test(config, workload, replicas, duration_s)
+    run = _load_test(config, workload, replicas)
     percentile = "p99" if slo_signal_for(config.slo_objective) == "ttft_p99_s" else "p95"
 
     def latency(rate: float) -> float:
