@@ -122,6 +122,13 @@ def run_case(workload, config: SimConfig, pool: PoolPlan, args: argparse.Namespa
     return row
 
 
+def score_case(label: str, workload, config: SimConfig, overrides: dict[str, float], args: argparse.Namespace) -> dict:
+    """One case's row: its pool load-tested, the `--pool` overrides applied, then `run_case`."""
+    pool = pool_plan_for(config, workload)
+    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
+    return {"case": label, **run_case(workload, config, pool, args)}
+
+
 def is_training(label: str) -> bool:
     """The `code` cases: the baselines' thresholds and the planner's new constants were fitted there."""
     return label.startswith("code")
@@ -212,9 +219,7 @@ def main() -> None:
         if wanted and label not in wanted:
             continue
         workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed + args.seed_offset, prompts)
-        pool = pool_plan_for(config, workload)
-        pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
-        row = {"case": label, **run_case(workload, config, pool, args)}
+        row = score_case(label, workload, config, overrides, args)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)

@@ -19,18 +19,16 @@ copied into this repository; pass the path of a local copy.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.headroom_suite import parse_overrides, run_case, summarise  # noqa: E402
+from bench.headroom_suite import parse_overrides, score_case, summarise  # noqa: E402
 from scaling.sim.config import SimConfig  # noqa: E402
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace  # noqa: E402
 from scaling.sim.policies.base import LATENCY_WINDOW_S  # noqa: E402
-from scaling.sim.policies.headroom import pool_plan_for  # noqa: E402
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile  # noqa: E402
 from scaling.sim.transforms import rate_scale, surge  # noqa: E402
 
@@ -97,9 +95,7 @@ def main() -> None:
         raise SystemExit(f"error: the trace spans {trace.span_s:.0f} s, no more than the warm-up ({args.warmup_s:g} s)")
     rows = []
     for name, workload in cases:
-        pool = pool_plan_for(config, workload)
-        pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
-        row = {"case": name, **run_case(workload, config, pool, args)}
+        row = score_case(name, workload, config, overrides, args)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
