@@ -44,10 +44,10 @@ if TYPE_CHECKING:
 CAPACITY_BISECTION_STEPS = 7
 IDLE_SHARE = 0.05  # of the raw prefill capacity: the load test's nearly idle pool
 LATENCY_CURVE_SHARES = (0.25, 0.5, 0.75, 0.9)  # of the load-tested capacity: where the curve is measured
-REQUESTS_KEPT_S = 3600.0
+REQUESTS_KEPT_S = 3600.0  # replicas asked for longer ago than this are no longer arriving (as the loop's)
 # Requests a load test replays at each rate: a pool at 5 req/s per replica sent about this many in the
 # 10 minutes the test used to last (4 replicas), and one attainment is then known to a few 0.1 %.
-LOAD_TEST_REQUESTS = 12_000  # replicas asked for longer ago than this are no longer arriving (as the loop's)
+LOAD_TEST_REQUESTS = 12_000
 
 
 def fresh(value: float) -> Reading:
