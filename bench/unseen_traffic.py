@@ -5,7 +5,7 @@
         [--no-baselines] [--no-bound-check] [--json]
 
 Each case is the trace as it is, or reshaped as the suite reshapes its Azure traces (`--rate-scale`,
-`--surge`, each alone), scored exactly as `bench/headroom_suite.py` scores a case (`run_case`): headroom
+`--surge`, each alone), scored exactly as `bench/headroom_suite.py` scores a case (`score_case`): headroom
 with the replay's defaults (the planner's constants as fitted on the suite's `code` cases), the tuned
 `keda-queue` and `hpa-util`, the clairvoyant bound and its check, and the smallest static pool reaching
 headroom's attainment. Then the suite's aggregates. Every case here is held out: no constant, threshold
