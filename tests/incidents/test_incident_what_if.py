@@ -26,7 +26,8 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 @pytest.fixture
 def incident(pool: Pool) -> Incident:
-    """A surge: 40 quiet minutes at 3 req/s stored, then 12 minutes at 30 req/s while the incident runs;
+    """A surge: 40 quiet minutes at 3 req/s stored, then 12 minutes at 30 req/s while the incident runs
+    (as yesterday);
     the pool has a fallback pool (a 1B model) and an enabled FallbackPolicy."""
     start = timezone.now().replace(microsecond=0) - timedelta(minutes=13)
     fallback = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
@@ -34,7 +35,10 @@ def incident(pool: Pool) -> Incident:
                                    gpu_type="L4", min_replicas=2, max_replicas=4)
     Pool.objects.filter(pk=pool.pk).update(fallback_pool=fallback, cold_start_p50_s=120, cold_start_p95_s=150)
     FallbackPolicy.objects.create(pool=pool)
-    rows = []
+    # Yesterday's peak was the same surge (10 minutes at 30 req/s, 20 hours earlier): a day-peak warm pool
+    # holds replicas for it, so the alternatives differ from what ran by more than chance.
+    rows = [SignalSample(pool=pool, at=start - timedelta(hours=20) + timedelta(seconds=15 * tick), request_rate_rps=30.0,
+                         ttft_p95_s=0.4, ready_replicas=3) for tick in range(10 * 4)]
     for tick in range(52 * 4):
         at = start - timedelta(minutes=40) + timedelta(seconds=15 * tick)
         surging = at >= start
