@@ -43,13 +43,27 @@ def parse_surge(text: str) -> tuple[float, float]:
     return factor, minutes
 
 
-def positive(text: str) -> float:
+def number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def positive(text: str) -> float:
+    value = number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    value = number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
     return value
 
 
@@ -64,8 +78,8 @@ def main() -> None:
                         help="one more case at K times the rate; repeatable")
     parser.add_argument("--profile", default=DEFAULT_PROFILE, choices=sorted(PROFILES))
     parser.add_argument("--slo-ttft-ms", type=positive, default=1000.0, metavar="MS")
-    parser.add_argument("--warmup-s", type=float, default=600.0, metavar="S", help="seen by every policy, not scored")
-    parser.add_argument("--approval-delay-s", type=float, default=60.0, metavar="S")
+    parser.add_argument("--warmup-s", type=non_negative, default=600.0, metavar="S", help="seen by every policy, not scored")
+    parser.add_argument("--approval-delay-s", type=non_negative, default=60.0, metavar="S")
     parser.add_argument("--rate-window-s", type=positive, default=LATENCY_WINDOW_S, metavar="S",
                         help="the window headroom reads the request rate over (default: the live pool's, 60)")
     parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE",
@@ -85,14 +99,14 @@ def main() -> None:
         trace = load_trace(args.trace, args.format)
     except TraceFormatError as error:
         raise SystemExit(f"error: {error}") from None
+    if trace.span_s <= args.warmup_s:
+        raise SystemExit(f"error: the trace spans {trace.span_s:.0f} s, no more than the warm-up ({args.warmup_s:g} s)")
     label = args.label or args.trace.stem
     cases = [(label, trace)]
     cases += [(f"{label} x{k:g}", rate_scale(trace, k, seed=args.seed)) for k in args.rate_scale]
     cases += [(f"{label} surge {f:g}:{m:g}", surge(trace, f, m, seed=args.seed)) for f, m in args.surge]
     config = SimConfig.for_profile(get_profile(args.profile), slo_ttft_s=args.slo_ttft_ms / 1000.0,
                                    warmup_s=args.warmup_s)
-    if trace.span_s <= args.warmup_s:
-        raise SystemExit(f"error: the trace spans {trace.span_s:.0f} s, no more than the warm-up ({args.warmup_s:g} s)")
     rows = []
     for name, workload in cases:
         row = score_case(name, workload, config, overrides, args)
