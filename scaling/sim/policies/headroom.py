@@ -54,14 +54,15 @@ def fresh(value: float) -> Reading:
     return Reading(float(value), 0.0)
 
 
-def signals_of(observation: Observation) -> PoolSignals:
-    """What a pool exports at a tick, as the live loop reads it (all fresh in the simulator)."""
+def signals_of(observation: Observation, request_rate_rps: float | None = None) -> PoolSignals:
+    """What a pool exports at a tick, as the live loop reads it (all fresh in the simulator); the request
+    rate is `request_rate_rps` where given (read over a rate window), else the tick's own."""
     return PoolSignals(
         pool="sim",
         queue_depth=fresh(observation.queue_depth),
         running_requests=fresh(observation.running),
         gpu_utilization=fresh(observation.utilisation),
-        request_rate_rps=fresh(observation.arrival_rate_rps),
+        request_rate_rps=fresh(observation.arrival_rate_rps if request_rate_rps is None else request_rate_rps),
         ready_replicas=fresh(observation.ready_replicas),
         arriving_replicas=fresh(observation.starting_replicas),
         desired_replicas=fresh(observation.desired_replicas),
@@ -228,7 +229,7 @@ class HeadroomPolicy:
     def decide(self, now: float, observation: Observation, state: HeadroomState) -> int:
         rate = state.arrivals.read(now, observation.arrival_rate_rps)
         served_rate = state.served.read(now, observation.served_rate_rps)
-        signals = replace(signals_of(observation), request_rate_rps=fresh(rate))
+        signals = signals_of(observation, rate)
         served = None if math.isnan(served_rate) else fresh(served_rate)
         step = decide.decide(now, signals, self.pool, state.decide, state.history, forecast_source=self.forecasts,
                              served_rate=served)
