@@ -1,7 +1,8 @@
 """Headroom judged on real traffic that is not in `../shared/traces/` (issue 12): nothing was fitted on it.
 
     .venv/bin/python bench/unseen_traffic.py --trace PATH [--format auto|azure|mooncake|servegen]
-        [--label NAME] [--surge FACTOR:MINUTES ...] [--rate-scale K ...] [--rate-window-s S] [--pool FIELD=VALUE ...]
+        [--label NAME] [--surge FACTOR:MINUTES ...] [--rate-scale K ...] [--rate-window-s S] [--reactive-max-percent P]
+        [--pool FIELD=VALUE ...]
         [--no-baselines] [--no-bound-check] [--json]
 
 Each case is the trace as it is, or reshaped as the suite reshapes its Azure traces (`--rate-scale`,
@@ -80,6 +81,8 @@ def main() -> None:
     parser.add_argument("--slo-ttft-ms", type=positive, default=1000.0, metavar="MS")
     parser.add_argument("--warmup-s", type=non_negative, default=600.0, metavar="S", help="seen by every policy, not scored")
     parser.add_argument("--approval-delay-s", type=non_negative, default=60.0, metavar="S")
+    parser.add_argument("--reactive-max-percent", type=lambda text: int(positive(text)), default=None, metavar="P",
+                        help="the approval policy's guardrail: reactive scale-ups up to max(+4, +P %%) at once")
     parser.add_argument("--rate-window-s", type=positive, default=LATENCY_WINDOW_S, metavar="S",
                         help="the window headroom reads the request rate over (default: the live pool's, 60)")
     parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE",
@@ -93,7 +96,6 @@ def main() -> None:
         # `make bench-full` runs every script with its defaults: without a trace there is nothing to judge.
         print("unseen_traffic: no --trace given, nothing to judge (the docstring says which traces and where from)")
         return
-    args.reactive_max_percent = None  # run_case reads it: the approval policy's default
     overrides = parse_overrides(args.pool)
     try:
         trace = load_trace(args.trace, args.format)

@@ -35,6 +35,8 @@ class ChangeFacts:
     forecast_peak_rps: float | None = None
     # The rate a cold start ahead where it grew over the last minute (the rate term's growth), else None.
     rate_ahead_rps: float | None = None
+    # The GPU busy share where it set the target (the opt-in busy-share term), else None.
+    busy_share: float | None = None
     cost_per_hour_usd: float | None = None
 
 
@@ -65,6 +67,8 @@ def _situation(facts: ChangeFacts) -> str:
     if facts.kind == PRESCALE and _known(facts.forecast_peak_rps):
         now = f" (now {facts.request_rate_rps:.1f})" if _known(facts.request_rate_rps) else ""
         return f"A peak of {facts.forecast_peak_rps:.1f} req/s is forecast{now}{where}"
+    if _known(facts.busy_share):
+        return f"GPUs are {facts.busy_share:.0%} busy{where}"
     if _known(facts.queue_depth) and facts.queue_depth >= 1:
         return f"Queue is {facts.queue_depth:.0f} requests{where}"
     if _known(facts.request_rate_rps):
@@ -148,7 +152,7 @@ def facts_of(proposal: Any) -> ChangeFacts:
         latency_s=signals.get(signal), slo_s=slo.threshold / 1000.0 if slo else None,
         capacity_per_replica_rps=evidence.get("capacity_per_replica_rps"),
         forecast_peak_rps=max(forecast) if forecast else None, rate_ahead_rps=evidence.get("rate_ahead_rps"),
-        cost_per_hour_usd=proposal.cost_per_hour_usd,
+        busy_share=evidence.get("busy_share"), cost_per_hour_usd=proposal.cost_per_hour_usd,
     )
 
 

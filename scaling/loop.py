@@ -41,7 +41,7 @@ from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.drivers.signals import PoolSelector
 from scaling.engine import constants, decide, planner
 from scaling.engine import fallback as fallback_engine
-from scaling.engine.planner import REACTIVE_RATE, Decision, ForecastPoint, PoolPlan, Term
+from scaling.engine.planner import REACTIVE_BUSY, REACTIVE_RATE, Decision, ForecastPoint, PoolPlan, Term
 from scaling.engine.signals import PoolSignals, Reading
 from scaling.models import FallbackActivation, PlannerMemory, Proposal, SignalSample, TickLease
 
@@ -268,14 +268,18 @@ def _decision_dict(decision: Decision) -> dict[str, Any]:
 
 
 def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoint | None,
-              capacity_rps: float, ready: int, target: int, rate_term: Term | None = None) -> dict[str, Any]:
+              capacity_rps: float, ready: int, target: int, rate_term: Term | None = None,
+              busy_term: Term | None = None) -> dict[str, Any]:
     """The chart behind a proposal: the last 20 minutes observed, then the forecasts, against capacity;
-    and the rate a cold start ahead where the rate term planned for its growth."""
+    the rate a cold start ahead where the rate term planned for its growth; the GPU busy share where
+    the busy-share term set the target (`busy_term` is passed only then)."""
     observed = [None if not math.isfinite(v) else round(float(v), 3) for v in recent[-20:]]
     ahead = [p for p in (lead, peak) if p is not None]
     growing = {}
     if rate_term is not None and rate_term.numbers.get("rate_growth", 1.0) > 1.0:
         growing = {"rate_ahead_rps": round(rate_term.numbers["rate_ahead_rps"], 3)}
+    if busy_term is not None and "busy_share" in busy_term.numbers:
+        growing["busy_share"] = round(busy_term.numbers["busy_share"], 3)
     return {**growing,
         "window": f"last {len(observed)} min" + (
             f", then forecast at +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min" if ahead else ""),
@@ -387,7 +391,8 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Re
     read = _signals_dict(signals)
     evidence = _evidence(step.recent, step.inputs.forecast_lead, step.inputs.forecast_peak,
                          decision.capacity_per_replica_rps, decision.ready_replicas or 0, decision.target_replicas or 0,
-                         decision.term(REACTIVE_RATE))
+                         decision.term(REACTIVE_RATE),
+                         decision.term(REACTIVE_BUSY) if decision.reasons[:1] == (REACTIVE_BUSY,) else None)
     did = act(pool, decision, evidence, read, now)
     return PoolTick(pool=str(pool), read=read, decided=_decision_dict(decision), did=did)
 

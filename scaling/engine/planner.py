@@ -35,6 +35,7 @@ from scaling.engine.signals import PoolSignals, Reading
 # Reason codes (stable strings: the UI and the audit log key on them).
 REACTIVE = "ReactiveQueueDepth"
 REACTIVE_RATE = "ReactiveRequestRate"
+REACTIVE_BUSY = "ReactiveGpuBusyShare"
 PREDICTIVE = "PredictiveForecast"
 SCHEDULED = "ScheduledWindow"
 WARM_FLOOR = "WarmFloor"
@@ -101,6 +102,10 @@ class PoolPlan:
     # multiple of the rate lately (`PlanInput.rate_trend_rps`; 1 turns it off). A surge's ramp
     # outruns a term that sizes the pool for the rate already arrived.
     rate_trend_cap: float = default("rate_trend_cap")
+    # Opt-in (0: off): the GPU busy share read at the tick asks for ready x busy / target replicas, scale-ups
+    # only, as the HPA on GPU utilisation would. A gauge sees a burst's work the tick it lands, where the
+    # rate over a minute still averages it away; but on vLLM DCGM reads busy whenever a replica decodes.
+    busy_share_target: float = default("busy_share_target")
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
     # Per period: max(+pods, +percent), the HPA's defaults (constants.py says why not 10x a period).
@@ -445,6 +450,22 @@ def request_rate_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) ->
     })
 
 
+def busy_share_term(inputs: PlanInput, pool: PoolPlan, current: int, ready: int | None) -> Term | None:
+    """The HPA's proportion on the GPU busy share: ready x busy / target, asked only when that is more than
+    the pool has (a busy share under the target says nothing the rate and the queue do not). None: off."""
+    if pool.busy_share_target <= 0:
+        return None
+    busy = inputs.signals.gpu_utilization
+    numbers = {"busy_share_target": pool.busy_share_target}
+    if not busy.is_known or not ready:
+        return Term(REACTIVE_BUSY, None, numbers)
+    share = min(max(float(busy.value), 0.0), 1.0)  # type: ignore[arg-type]
+    wanted = math.ceil(ready * share / pool.busy_share_target - 1e-9)
+    numbers.update(busy_share=share, ready_replicas=float(ready))
+    return Term(REACTIVE_BUSY, min(max(wanted, pool.min_replicas), pool.max_replicas) if wanted > current else None,
+                numbers)
+
+
 def rate_growth(rate_trend_rps: tuple[float, ...], pool: PoolPlan) -> float:
     """The rate's growth over the lead time if it keeps growing as it grew over the last minute, between
     1 (flat, falling or unknown) and `rate_trend_cap`."""
@@ -685,6 +706,9 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
 
     hold = not key_known
     terms: list[Term] = [reactive, reactive_rate, predictive, scheduled, warm]
+    busy = busy_share_term(inputs, pool, current, ready) if queue_usable else None
+    if busy is not None:
+        terms.append(busy)
     if hold:
         held = Term(HELD, current, {"current_replicas": float(current)})
         terms.append(held)

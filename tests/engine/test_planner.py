@@ -127,6 +127,52 @@ def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, 
 
 
 @pytest.mark.parametrize(
+    ("case", "busy", "ready", "target", "expected"),
+    [
+        # 4 ready of a pool sized 4 (the rate's 30 req/s at 10 per replica asks for 3).
+        ("a burst's work at the tick: ready x busy / target", 0.9, 4, 0.3, 12),
+        ("a saturated GPU asks for ready / target", 1.0, 4, 0.3, 14),  # 13.3
+        ("a busy share past 1 is a broken reading, counted as 1", 7.0, 4, 0.3, 14),
+        ("at most the pool's maximum", 1.0, 4, 0.05, 40),
+        ("under the target it asks nothing (never a scale-down)", 0.2, 4, 0.3, None),
+        ("just at what the pool has: nothing", 0.3, 4, 0.3, None),
+        ("an unknown busy share has no opinion, never zero", None, 4, 0.3, None),
+        ("no ready replica: nothing to read a busy share from", 0.9, 0, 0.3, None),
+    ],
+)
+def test_the_busy_share_term_asks_for_a_bursts_work_at_the_tick(case, busy, ready, target, expected):
+    pool = dataclasses.replace(POOL, busy_share_target=target)
+    sig = dataclasses.replace(signals(ready=ready, desired=4),
+                              gpu_utilization=Reading(busy, 5.0) if busy is not None else Reading())
+    decision = plan(inputs(sig, lead=None), pool, good_state(target=4))
+
+    term = decision.term(p.REACTIVE_BUSY)
+    assert term.replicas == expected, case
+    if expected is not None:  # it binds, within the scale-up limit (+100 % a period: 4 -> 8)
+        assert decision.reasons[0] == p.REACTIVE_BUSY and decision.target_replicas == min(expected, 8), case
+
+
+def test_the_busy_share_term_is_off_unless_a_pool_turns_it_on():
+    """DCGM reads a vLLM GPU busy whenever it decodes: a pinned busy share must not triple a quiet pool."""
+    sig = dataclasses.replace(signals(ready=4, rate=30.0), gpu_utilization=fresh(0.97))
+    decision = plan(inputs(sig, lead=None), POOL, good_state(target=4))
+
+    assert p.PoolPlan.busy_share_target == 0.0 and decision.term(p.REACTIVE_BUSY) is None
+    assert decision.target_replicas == 3  # what the rate asks (30 req/s at 10 per replica), not 13
+
+
+def test_the_busy_share_term_gives_way_when_the_signals_fall_back():
+    """Unknown load for a minute: the fallback's terms only (schedule, last good target, queue)."""
+    pool = dataclasses.replace(POOL, busy_share_target=0.3)
+    sig = dataclasses.replace(signals(ready=4, rate=None), gpu_utilization=fresh(1.0))
+    state = dataclasses.replace(good_state(target=4, known_at=NOW - 120))
+    decision = plan(inputs(sig, lead=None), pool, state)
+
+    assert p.SIGNALS_FALLBACK in decision.reasons
+    assert decision.term(p.REACTIVE_BUSY) is None and decision.target_replicas == 4
+
+
+@pytest.mark.parametrize(
     ("case", "trend", "cap", "expected"),
     [
         # 75 req/s now at 10 per replica: 8 replicas without a trend. Lead time 120 s: two minutes.

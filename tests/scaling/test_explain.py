@@ -32,6 +32,11 @@ from scaling.explain import ChangeFacts
                      capacity_per_replica_rps=4.25, rate_ahead_rps=61.25),
          "Queue is 40 requests on 2 ready replicas; scaling to 15 keeps TTFT under 1 s (64 req/s of capacity for 61: "
          "35 now, grown as over the last minute until new replicas are ready); cost unknown (no GPU price)."),
+        # The busy-share term set the target: the sentence says what it read, not only the rate.
+        (ChangeFacts("reactive", 4, 8, ready_replicas=4, queue_depth=3, request_rate_rps=20.0, slo_s=1.0,
+                     capacity_per_replica_rps=4.25, busy_share=0.9, cost_per_hour_usd=16.0),
+         "GPUs are 90% busy on 4 ready replicas; scaling to 8 keeps TTFT under 1 s (34 req/s of capacity for 20); "
+         "cost +$16/h."),
         (ChangeFacts("manual", 1, 3),  # nothing known: says only what is certain
          "The pool runs 1 replica; scaling to 3 (+2 replicas); cost unknown (no GPU price)."),
     ],

@@ -5,12 +5,14 @@ import dataclasses
 import math
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from controlplane.models import Pool
 from scaling import loop
 from scaling.engine import planner
 from scaling.engine.planner import PlannerState
 from scaling.engine.signals import Reading
-from scaling.models import PlannerMemory
+from scaling.models import PlannerMemory, Proposal
 from scaling.sim.policies.base import Observation
 from scaling.sim.policies.headroom import HeadroomPolicy, signals_of
 
@@ -44,8 +46,10 @@ def _accepted(pool: Pool, at: datetime, change: int) -> None:
     memory.save()
 
 
-def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool) -> None:
-    Pool.objects.filter(pk=pool.pk).update(replica_capacity_rps=5.0, min_replicas=1, max_replicas=30)
+@pytest.mark.parametrize("constants", [{}, {"busy_share_target": 0.3}], ids=["defaults", "busy share on"])
+def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool, constants: dict) -> None:
+    Pool.objects.filter(pk=pool.pk).update(replica_capacity_rps=5.0, min_replicas=1, max_replicas=30,
+                                           planner_constants=constants)
     pool = Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules").get(pk=pool.pk)
     # The replay's people never answer, as nobody approves the loop's pending proposals here.
     replay = HeadroomPolicy(loop.pool_plan(pool), approval_delay_s=math.inf, tick_s=TICK_S)
@@ -68,3 +72,7 @@ def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool)
         desired = applied
     targets = {live for live, _ in compared}
     assert len(targets) >= 3, f"the sequence should move the target: {sorted(targets)}"
+    # The opt-in term reads the same GPU busy share in both, and sets the target on the ramp.
+    assert any(d.reasons[0] == planner.REACTIVE_BUSY for d in state.decisions) == bool(constants)
+    # ...and the proposal it made says so (the card's sentence reads the busy share from its evidence).
+    assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_share").exists() == bool(constants)

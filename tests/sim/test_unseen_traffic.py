@@ -54,6 +54,8 @@ def test_bad_input_is_a_message_not_a_traceback(tmp_path):
     assert too_short.returncode != 0 and "no more than the warm-up" in too_short.stderr
     surge = _run("--trace", str(short), "--surge", "10")
     assert surge.returncode == 2 and "expected FACTOR:MINUTES" in surge.stderr
+    guardrail = _run("--trace", str(short), "--reactive-max-percent", "-5")
+    assert guardrail.returncode == 2 and "--reactive-max-percent" in guardrail.stderr and "Traceback" not in guardrail.stderr
     # `make bench-full` runs every script without arguments: nothing to judge is not a failure.
     nothing = _run()
     assert nothing.returncode == 0 and "no --trace given" in nothing.stdout
