@@ -275,12 +275,12 @@ def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoin
     the busy-share term set the target (`busy_term` is passed only then)."""
     observed = [None if not math.isfinite(v) else round(float(v), 3) for v in recent[-20:]]
     ahead = [p for p in (lead, peak) if p is not None]
-    growing = {}
+    extra: dict[str, float] = {}
     if rate_term is not None and rate_term.numbers.get("rate_growth", 1.0) > 1.0:
-        growing = {"rate_ahead_rps": round(rate_term.numbers["rate_ahead_rps"], 3)}
+        extra["rate_ahead_rps"] = round(rate_term.numbers["rate_ahead_rps"], 3)
     if busy_term is not None and "busy_share" in busy_term.numbers:
-        growing["busy_share"] = round(busy_term.numbers["busy_share"], 3)
-    return {**growing,
+        extra["busy_share"] = round(busy_term.numbers["busy_share"], 3)
+    return {**extra,
         "window": f"last {len(observed)} min" + (
             f", then forecast at +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min" if ahead else ""),
         "forecast_expected": observed + [round(p.expected_rps, 3) for p in ahead],
