@@ -1,6 +1,7 @@
 """The forecastable case of issue 12's targets: two weeks of ServeGen (a daily peak) in fluid mode.
 
-    .venv/bin/python bench/forecastable_case.py [--trace PATH] [--rate-scale K] [--pool FIELD=VALUE ...] [--no-baselines] [--json]
+    .venv/bin/python bench/forecastable_case.py [--trace PATH] [--rate-scale K] [--pool FIELD=VALUE ...]
+        [--reactive-max-percent P] [--no-baselines] [--json]
     .venv/bin/python bench/forecastable_case.py --from-json bench/results/issue12_forecastable_servegen.json
 
 Target (issue 12): >= 0.99 SLO attainment at <= 1.25x the clairvoyant's GPU-hours. Scored twice (the
@@ -172,12 +173,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_case_arguments(parser)
     parser.add_argument("--no-baselines", action="store_true", help="skip the tuned hpa-util and keda-queue")
+    parser.add_argument("--reactive-max-percent", type=int, default=None, metavar="P",
+                        help="the approval policy's guardrail: reactive scale-ups up to max(+4, +P %%) at once")
     parser.add_argument("--search-step-s", type=float, default=None, metavar="S",
                         help="fluid step of the clairvoyant's and the static size's search replays (default: as "
                              "`scaling.sim.replay` searches, the span over 200,000 steps); what is reported is replayed at 1 s")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--from-json", metavar="FILE", help="print the tables of a saved --json run instead of replaying")
     args = parser.parse_args()
+    if args.reactive_max_percent is not None and not 0 < args.reactive_max_percent <= 1000:
+        parser.error("--reactive-max-percent: expected a whole number of percent from 1 to 1000")
     if args.from_json:
         print(markdown(json.loads(Path(args.from_json).read_text())))
         return
@@ -186,7 +191,7 @@ def main() -> None:
         args.search_step_s = max(config.fluid_step_s, workload.span_s / SEARCH_MAX_STEPS)
     context = PolicyContext(workload, config, lambda policy: run_fluid_mode(workload, config, policy))
     started = time.process_time()
-    recording = Recording(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
+    recording = Recording(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0, reactive_max_percent=args.reactive_max_percent))
     full = {"headroom": recording}
     if not args.no_baselines:
         full.update({name: build_policy(name, context) for name in ("hpa-util", "keda-queue")})
