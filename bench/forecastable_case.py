@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scaling.sim.fluid_mode import run_fluid_mode  # noqa: E402
 from scaling.sim.policies import PolicyContext, build_policy, clairvoyant  # noqa: E402
-from bench.headroom_suite import parse_overrides  # noqa: E402
+from bench.headroom_suite import add_guardrail_argument, parse_overrides  # noqa: E402
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
 from scaling.sim.policies.static import StaticPolicy  # noqa: E402
 from scaling.sim.runner import SEARCH_MAX_STEPS  # noqa: E402
@@ -173,16 +173,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_case_arguments(parser)
     parser.add_argument("--no-baselines", action="store_true", help="skip the tuned hpa-util and keda-queue")
-    parser.add_argument("--reactive-max-percent", type=int, default=None, metavar="P",
-                        help="the approval policy's guardrail: reactive scale-ups up to max(+4, +P %%) at once")
+    add_guardrail_argument(parser)
     parser.add_argument("--search-step-s", type=float, default=None, metavar="S",
                         help="fluid step of the clairvoyant's and the static size's search replays (default: as "
                              "`scaling.sim.replay` searches, the span over 200,000 steps); what is reported is replayed at 1 s")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--from-json", metavar="FILE", help="print the tables of a saved --json run instead of replaying")
     args = parser.parse_args()
-    if args.reactive_max_percent is not None and not 0 < args.reactive_max_percent <= 1000:
-        parser.error("--reactive-max-percent: expected a whole number of percent from 1 to 1000")
     if args.from_json:
         print(markdown(json.loads(Path(args.from_json).read_text())))
         return

@@ -87,6 +87,24 @@ def parse_overrides(pairs: list[str]) -> dict[str, float]:
     return overrides
 
 
+def guardrail_percent(text: str) -> int:
+    """`--reactive-max-percent`: a whole number of percent, 1-1000 (the approval policy's own bounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of percent, got {text!r}") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a whole number of percent from 1 to 1000, got {value}")
+    return value
+
+
+def add_guardrail_argument(parser: argparse.ArgumentParser) -> None:
+    """The approval guardrail the replay approves reactive scale-ups under, as every judgment script takes it."""
+    parser.add_argument("--reactive-max-percent", type=guardrail_percent, default=None, metavar="P",
+                        help="reactive and predictive scale-ups approved at once up to max(+4, +P %%) of the pool "
+                             "(`ApprovalPolicy.reactive_max_percent`; default: +4 only)")
+
+
 def score(result) -> dict[str, float]:
     return {"slo_attainment": result.slo_attainment, "gpu_hours": round(result.gpu_hours, 4)}
 
@@ -193,8 +211,7 @@ def main() -> None:
     parser.add_argument("--rate-window-s", type=float, default=LATENCY_WINDOW_S, metavar="S",
                         help="the window headroom reads the request rate over, as a live pool's prometheus_rate_window "
                              "(default 60; 15, the tick, reads each tick's own count as replays did before session 16)")
-    parser.add_argument("--reactive-max-percent", type=int, default=None, metavar="P",
-                        help="the approval guardrail as a share of the pool (ApprovalPolicy.reactive_max_percent; default off)")
+    add_guardrail_argument(parser)
     parser.add_argument("--cases", default="", metavar="LABEL,...", help="only these cases (default: all)")
     parser.add_argument("--no-baselines", action="store_true", help="skip keda-queue and hpa-util")
     parser.add_argument("--no-bound-check", action="store_true", help="skip the clairvoyant at each policy's attainment")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.headroom_suite import parse_overrides, score_case, summarise  # noqa: E402
+from bench.headroom_suite import add_guardrail_argument, parse_overrides, score_case, summarise  # noqa: E402
 from scaling.sim.config import SimConfig  # noqa: E402
 from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace  # noqa: E402
 from scaling.sim.policies.base import LATENCY_WINDOW_S  # noqa: E402
@@ -81,8 +81,7 @@ def main() -> None:
     parser.add_argument("--slo-ttft-ms", type=positive, default=1000.0, metavar="MS")
     parser.add_argument("--warmup-s", type=non_negative, default=600.0, metavar="S", help="seen by every policy, not scored")
     parser.add_argument("--approval-delay-s", type=non_negative, default=60.0, metavar="S")
-    parser.add_argument("--reactive-max-percent", type=int, default=None, metavar="P",
-                        help="the approval policy's guardrail: reactive scale-ups up to max(+4, +P %%) at once")
+    add_guardrail_argument(parser)
     parser.add_argument("--rate-window-s", type=positive, default=LATENCY_WINDOW_S, metavar="S",
                         help="the window headroom reads the request rate over (default: the live pool's, 60)")
     parser.add_argument("--pool", action="append", default=[], metavar="FIELD=VALUE",
@@ -92,8 +91,6 @@ def main() -> None:
     parser.add_argument("--no-bound-check", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.reactive_max_percent is not None and not 0 < args.reactive_max_percent <= 1000:
-        parser.error("--reactive-max-percent: expected a whole number of percent from 1 to 1000")
     if args.trace is None:
         # `make bench-full` runs every script with its defaults: without a trace there is nothing to judge.
         print("unseen_traffic: no --trace given, nothing to judge (the docstring says which traces and where from)")
