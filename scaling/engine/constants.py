@@ -65,6 +65,17 @@ CONSTANTS: dict[str, Constant] = {
     # holds the busy share at the target all day (ServeGen week 1: 1.53-1.57x the clairvoyant's GPU-hours a
     # day, against the 1.25x target; docs/benchmarks.md, "A busy share read at the tick").
     "busy_share_target": Constant(0.0, "off by default; 0.3 when on: the suite's code cases (seed offset 0)", 0.0, 1.0),
+    # When on, the term acts only at an onset: the tick's busy replicas (busy share x ready) at least this multiple
+    # of their mean over the previous minute (0: every tick, as session 18's term and the HPA). Rule, fixed before
+    # judging: of 1.2, 1.5, 2 and 3, every code case at least the tuned baselines' attainment and none dominated,
+    # every day of ServeGen's week 1 at 0.99 within 1.25x the clairvoyant's GPU-hours, then the fewest GPU-hours
+    # (ties to the smaller, which sees more onsets). 1.2-2 give the same code runs (its bursts rise 2x and more
+    # a tick); 3 leaves code surge 10:5 s1 below hpa-util; week 1 costs 0.815x at 1.2, 0.813x at 1.5 and 2.
+    # Judged on conv, seed offset 10, ServeGen's week 2 and Mooncake.
+    "busy_share_onset": Constant(1.5, "the suite's code cases (seed offset 0) and ServeGen m-small week 1", 0.0, 10.0),
+    # Set, not fitted: a busy share this high cannot show how much more load waits, so the term acts without an
+    # onset (a surge's second minute saturates the replicas the first one brought).
+    "busy_share_saturated": Constant(0.9, "set, not fitted: 0.9 reads as saturated", 0.5, 1.0),
     # The capacity correction.
     "correction_min": Constant(0.5, "tests/engine/test_planner.py convergence (synthetic, 0.8-1.2x truth); the suite", 0.1, 1.0),
     "correction_max": Constant(1.5, "the same; 1.0 on a live pool without a load-tested curve (decide.py)", 1.0, 3.0),

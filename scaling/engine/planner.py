@@ -106,6 +106,12 @@ class PoolPlan:
     # only, as the HPA on GPU utilisation would. A gauge sees a burst's work the tick it lands, where the
     # rate over a minute still averages it away; but on vLLM DCGM reads busy whenever a replica decodes.
     busy_share_target: float = default("busy_share_target")
+    # When on, it acts only at an onset: the tick's busy replicas (busy share x ready, the work, which a
+    # scale-down does not move) at least this multiple of their mean over the previous minute, or a busy
+    # share at `busy_share_saturated` (it cannot show how much more waits). Smooth traffic then pays
+    # nothing for it (0: every tick, as the HPA).
+    busy_share_onset: float = default("busy_share_onset")
+    busy_share_saturated: float = default("busy_share_saturated")
     queue: QueueDepthPolicy = field(default_factory=QueueDepthPolicy)
     # Guardrails on the combined target.
     # Per period: max(+pods, +percent), the HPA's defaults (constants.py says why not 10x a period).
@@ -219,6 +225,7 @@ class PlannerState:
     last_prescale_at_s: float | None = None
     last_prescale_target: int | None = None  # the last proposal's replicas (the cooldown compares with it)
     ready_since: tuple[int, float] | None = None  # (ready replicas, when that count was first seen)
+    busy_replicas: tuple[tuple[float, float], ...] = ()  # (at, busy share x ready) over the last minute
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -231,6 +238,7 @@ class PlannerState:
             "last_prescale_at_s": self.last_prescale_at_s,
             "last_prescale_target": self.last_prescale_target,
             "ready_since": list(self.ready_since) if self.ready_since else None,
+            "busy_replicas": [list(b) for b in self.busy_replicas],
         }
 
     @classmethod
@@ -245,6 +253,7 @@ class PlannerState:
             last_prescale_at_s=data.get("last_prescale_at_s"),
             last_prescale_target=data.get("last_prescale_target"),
             ready_since=(int(data["ready_since"][0]), float(data["ready_since"][1])) if data.get("ready_since") else None,
+            busy_replicas=tuple((float(t), float(b)) for t, b in data.get("busy_replicas", [])),
         )
 
 
@@ -450,20 +459,31 @@ def request_rate_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) ->
     })
 
 
-def busy_share_term(inputs: PlanInput, pool: PoolPlan, current: int, ready: int | None) -> Term | None:
+def busy_share_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, current: int,
+                    ready: int | None) -> tuple[Term | None, tuple[tuple[float, float], ...]]:
     """The HPA's proportion on the GPU busy share: ready x busy / target, asked only when that is more than
-    the pool has (a busy share under the target says nothing the rate and the queue do not). None: off."""
+    the pool has (a busy share under the target says nothing the rate and the queue do not), and only at an
+    onset (`PoolPlan.busy_share_onset`). None: off. Also the busy replicas of the last minute, to keep."""
     if pool.busy_share_target <= 0:
-        return None
+        return None, ()
     busy = inputs.signals.gpu_utilization
     numbers = {"busy_share_target": pool.busy_share_target}
     if not busy.is_known or not ready:
-        return Term(REACTIVE_BUSY, None, numbers)
+        return Term(REACTIVE_BUSY, None, numbers), state.busy_replicas
     share = min(max(float(busy.value), 0.0), 1.0)  # type: ignore[arg-type]
-    wanted = math.ceil(ready * share / pool.busy_share_target - 1e-9)
+    now = inputs.now_s
+    minute = tuple((at, work) for at, work in state.busy_replicas if 0 <= now - at < pool.latency_window_s)
+    before = [work for _, work in minute]
+    kept = minute + ((now, share * ready),)
     numbers.update(busy_share=share, ready_replicas=float(ready))
+    if pool.busy_share_onset > 0 and share < pool.busy_share_saturated:
+        # No minute behind it (a fresh state, a restart): no onset to see; a saturated share still acts.
+        mean_before = sum(before) / len(before) if before else math.inf
+        if share * ready < pool.busy_share_onset * mean_before:
+            return Term(REACTIVE_BUSY, None, numbers), kept
+    wanted = math.ceil(ready * share / pool.busy_share_target - 1e-9)
     return Term(REACTIVE_BUSY, min(max(wanted, pool.min_replicas), pool.max_replicas) if wanted > current else None,
-                numbers)
+                numbers), kept
 
 
 def rate_growth(rate_trend_rps: tuple[float, ...], pool: PoolPlan) -> float:
@@ -706,7 +726,9 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
 
     hold = not key_known
     terms: list[Term] = [reactive, reactive_rate, predictive, scheduled, warm]
-    busy = busy_share_term(inputs, pool, current, ready) if queue_usable else None
+    busy = None
+    if queue_usable:
+        busy, changes["busy_replicas"] = busy_share_term(inputs, pool, state, current, ready)
     if busy is not None:
         terms.append(busy)
     if hold:

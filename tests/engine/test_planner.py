@@ -141,7 +141,7 @@ def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, 
     ],
 )
 def test_the_busy_share_term_asks_for_a_bursts_work_at_the_tick(case, busy, ready, target, expected):
-    pool = dataclasses.replace(POOL, busy_share_target=target)
+    pool = dataclasses.replace(POOL, busy_share_target=target, busy_share_onset=0.0)  # every tick, as the HPA
     sig = dataclasses.replace(signals(ready=ready, desired=4),
                               gpu_utilization=Reading(busy, 5.0) if busy is not None else Reading())
     decision = plan(inputs(sig, lead=None), pool, good_state(target=4))
@@ -150,6 +150,38 @@ def test_the_busy_share_term_asks_for_a_bursts_work_at_the_tick(case, busy, read
     assert term.replicas == expected, case
     if expected is not None:  # it binds, within the scale-up limit (+100 % a period: 4 -> 8)
         assert decision.reasons[0] == p.REACTIVE_BUSY and decision.target_replicas == min(expected, 8), case
+
+
+def minute_of_work(busy_replicas: float, ready_ago_s: tuple[float, ...] = (60.0, 45.0, 30.0, 15.0)):
+    """A planner that read the same busy replicas (busy share x ready) at each of the minute's earlier ticks."""
+    return dataclasses.replace(good_state(target=4), busy_replicas=tuple((NOW - ago, busy_replicas) for ago in ready_ago_s))
+
+
+@pytest.mark.parametrize(
+    ("case", "busy", "ready", "state", "expected"),
+    [
+        # The minute before: 1.2 busy replicas (4 ready at 0.3). Onset at 1.5x, saturated at 0.9.
+        ("an onset: 3.6 busy replicas, 3x the minute's", 0.9, 4, minute_of_work(1.2), 12),
+        ("just at the onset: 1.5x", 0.45, 4, minute_of_work(1.2), 6),
+        ("a rise under the onset asks nothing", 0.4, 4, minute_of_work(1.2), None),
+        ("saturated, no rise: it cannot show what more waits", 0.95, 4, minute_of_work(3.8), 13),
+        ("no minute behind it (a fresh planner, a restart): no onset", 0.8, 4, good_state(target=4), None),
+        ("readings older than a minute are not the minute's", 0.8, 4, minute_of_work(1.2, (120.0, 90.0)), None),
+        # 8 ready at 0.3 a minute ago, 4 now at 0.6: the busy share doubled, the work did not.
+        ("a scale-down is not an onset", 0.6, 4, minute_of_work(2.4), None),
+    ],
+)
+def test_the_busy_share_term_acts_only_at_an_onset(case, busy, ready, state, expected):
+    """Smooth traffic (ServeGen) pays nothing for the term; a burst's tick still gets what the HPA would ask."""
+    pool = dataclasses.replace(POOL, busy_share_target=0.3)
+    sig = dataclasses.replace(signals(ready=ready, desired=4), gpu_utilization=fresh(busy))
+    decision = plan(inputs(sig, lead=None), pool, state)
+
+    assert decision.term(p.REACTIVE_BUSY).replicas == expected, case
+    # The tick's busy replicas join the minute; older readings leave it.
+    kept = decision.state.busy_replicas
+    assert kept[-1] == (NOW, pytest.approx(busy * ready)) and all(NOW - at < 60.0 for at, _ in kept), case
+    assert PlannerState.from_dict(decision.state.to_dict()).busy_replicas == kept, case
 
 
 def test_the_busy_share_term_is_off_unless_a_pool_turns_it_on():
