@@ -1,7 +1,7 @@
 """The busy-share term's onset, fitted on the training side only: the suite's `code` cases and ServeGen's week 1.
 
     .venv/bin/python bench/onset_fit.py [--onsets 1.2,1.5,2,3] [--busy-share-target 0.3]
-        [--reactive-max-percent 100] [--pool FIELD=VALUE ...] [--json]      # about 3 CPU-minutes an onset
+        [--reactive-max-percent 100] [--pool FIELD=VALUE ...] [--json]      # about 45 CPU-s an onset
 
 For each onset (`PoolPlan.busy_share_onset`), headroom alone with the busy share term on:
 - the five `code` cases at seed offset 0 (request mode, as `bench/headroom_suite.py` replays them), each
