@@ -472,12 +472,14 @@ def busy_share_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, curr
         return Term(REACTIVE_BUSY, None, numbers), state.busy_replicas
     share = min(max(float(busy.value), 0.0), 1.0)  # type: ignore[arg-type]
     now = inputs.now_s
+    # The minute the rate is read over (the latency window).
     minute = tuple((at, work) for at, work in state.busy_replicas if 0 <= now - at < pool.latency_window_s)
     before = [work for _, work in minute]
     kept = minute + ((now, share * ready),)
     numbers.update(busy_share=share, ready_replicas=float(ready))
     if pool.busy_share_onset > 0 and share < pool.busy_share_saturated:
-        # No minute behind it (a fresh state, a restart): no onset to see; a saturated share still acts.
+        # No minute behind it (a new pool, a minute without readings): no onset to see; a saturated share
+        # still acts. A restart resumes the minute: it is part of the stored state.
         mean_before = sum(before) / len(before) if before else math.inf
         if share * ready < pool.busy_share_onset * mean_before:
             return Term(REACTIVE_BUSY, None, numbers), kept
