@@ -184,6 +184,19 @@ def test_the_busy_share_term_acts_only_at_an_onset(case, busy, ready, state, exp
     assert PlannerState.from_dict(decision.state.to_dict()).busy_replicas == kept, case
 
 
+def test_a_missed_busy_reading_keeps_the_minute_and_the_next_tick_still_sees_the_onset():
+    """DCGM misses a scrape mid-surge: no opinion that tick, and the minute it compares with is not lost."""
+    pool = dataclasses.replace(POOL, busy_share_target=0.3)
+    state = minute_of_work(1.2)
+    missed = plan(inputs(dataclasses.replace(signals(ready=4, desired=4), gpu_utilization=Reading()), lead=None),
+                  pool, state)
+    assert missed.term(p.REACTIVE_BUSY).replicas is None and missed.state.busy_replicas == state.busy_replicas
+
+    later = plan(inputs(dataclasses.replace(signals(ready=4, desired=4), gpu_utilization=fresh(0.9)), lead=None,
+                        now=NOW + 15), pool, missed.state)
+    assert later.term(p.REACTIVE_BUSY).replicas == 12  # 3.6 busy replicas against the minute's 1.2
+
+
 def test_the_busy_share_term_is_off_unless_a_pool_turns_it_on():
     """DCGM reads a vLLM GPU busy whenever it decodes: a pinned busy share must not triple a quiet pool."""
     sig = dataclasses.replace(signals(ready=4, rate=30.0), gpu_utilization=fresh(0.97))
