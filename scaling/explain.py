@@ -37,6 +37,8 @@ class ChangeFacts:
     rate_ahead_rps: float | None = None
     # The GPU busy share where it set the target (the opt-in busy-share term), else None.
     busy_share: float | None = None
+    # Their busy replicas (busy share x ready) over the previous minute's mean, where there was one.
+    busy_rise: float | None = None
     cost_per_hour_usd: float | None = None
 
 
@@ -68,7 +70,8 @@ def _situation(facts: ChangeFacts) -> str:
         now = f" (now {facts.request_rate_rps:.1f})" if _known(facts.request_rate_rps) else ""
         return f"A peak of {facts.forecast_peak_rps:.1f} req/s is forecast{now}{where}"
     if _known(facts.busy_share):
-        return f"GPUs are {facts.busy_share:.0%} busy{where}"
+        rise = f", {facts.busy_rise:.1f}x their work of the last minute" if _known(facts.busy_rise) else ""
+        return f"GPUs are {facts.busy_share:.0%} busy{where}{rise}"
     if _known(facts.queue_depth) and facts.queue_depth >= 1:
         return f"Queue is {facts.queue_depth:.0f} requests{where}"
     if _known(facts.request_rate_rps):
@@ -152,7 +155,7 @@ def facts_of(proposal: Any) -> ChangeFacts:
         latency_s=signals.get(signal), slo_s=slo.threshold / 1000.0 if slo else None,
         capacity_per_replica_rps=evidence.get("capacity_per_replica_rps"),
         forecast_peak_rps=max(forecast) if forecast else None, rate_ahead_rps=evidence.get("rate_ahead_rps"),
-        busy_share=evidence.get("busy_share"), cost_per_hour_usd=proposal.cost_per_hour_usd,
+        busy_share=evidence.get("busy_share"), busy_rise=evidence.get("busy_rise"), cost_per_hour_usd=proposal.cost_per_hour_usd,
     )
 
 

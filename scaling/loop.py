@@ -280,6 +280,8 @@ def _evidence(recent: np.ndarray, lead: ForecastPoint | None, peak: ForecastPoin
         extra["rate_ahead_rps"] = round(rate_term.numbers["rate_ahead_rps"], 3)
     if busy_term is not None and "busy_share" in busy_term.numbers:
         extra["busy_share"] = round(busy_term.numbers["busy_share"], 3)
+        if "busy_rise" in busy_term.numbers:
+            extra["busy_rise"] = round(busy_term.numbers["busy_rise"], 2)
     return {**extra,
         "window": f"last {len(observed)} min" + (
             f", then forecast at +{', +'.join(f'{p.horizon_s / 60:.0f}' for p in ahead)} min" if ahead else ""),

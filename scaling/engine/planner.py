@@ -483,6 +483,8 @@ def busy_share_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, curr
         mean_before = sum(before) / len(before) if before else math.inf
         if share * ready < pool.busy_share_onset * mean_before:
             return Term(REACTIVE_BUSY, None, numbers), kept
+    if before and sum(before) > 0:  # the rise the proposal's sentence reports
+        numbers["busy_rise"] = share * ready * len(before) / sum(before)
     wanted = math.ceil(ready * share / pool.busy_share_target - 1e-9)
     return Term(REACTIVE_BUSY, min(max(wanted, pool.min_replicas), pool.max_replicas) if wanted > current else None,
                 numbers), kept

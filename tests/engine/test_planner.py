@@ -177,7 +177,10 @@ def test_the_busy_share_term_acts_only_at_an_onset(case, busy, ready, state, exp
     sig = dataclasses.replace(signals(ready=ready, desired=4), gpu_utilization=fresh(busy))
     decision = plan(inputs(sig, lead=None), pool, state)
 
-    assert decision.term(p.REACTIVE_BUSY).replicas == expected, case
+    term = decision.term(p.REACTIVE_BUSY)
+    assert term.replicas == expected, case
+    if expected is not None and state.busy_replicas:  # the rise the proposal's sentence reports
+        assert term.numbers["busy_rise"] == pytest.approx(busy * ready / state.busy_replicas[0][1]), case
     # The tick's busy replicas join the minute; older readings leave it.
     kept = decision.state.busy_replicas
     assert kept[-1] == (NOW, pytest.approx(busy * ready)) and all(NOW - at < 60.0 for at, _ in kept), case

@@ -37,6 +37,11 @@ from scaling.explain import ChangeFacts
                      capacity_per_replica_rps=4.25, busy_share=0.9, cost_per_hour_usd=16.0),
          "GPUs are 90% busy on 4 ready replicas; scaling to 8 keeps TTFT under 1 s (34 req/s of capacity for 20); "
          "cost +$16/h."),
+        # ...at an onset: how much the work rose over the last minute, the reason it acted now.
+        (ChangeFacts("reactive", 4, 8, ready_replicas=4, request_rate_rps=20.0, slo_s=1.0,
+                     capacity_per_replica_rps=4.25, busy_share=0.9, busy_rise=3.0, cost_per_hour_usd=16.0),
+         "GPUs are 90% busy on 4 ready replicas, 3.0x their work of the last minute; scaling to 8 keeps TTFT under "
+         "1 s (34 req/s of capacity for 20); cost +$16/h."),
         (ChangeFacts("manual", 1, 3),  # nothing known: says only what is certain
          "The pool runs 1 replica; scaling to 3 (+2 replicas); cost unknown (no GPU price)."),
     ],

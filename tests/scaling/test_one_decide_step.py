@@ -79,3 +79,4 @@ def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool,
     assert busy_ticks == ([60] if constants else []), busy_ticks
     # ...and the proposal it made says so (the card's sentence reads the busy share from its evidence).
     assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_share").exists() == bool(constants)
+    assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_rise").exists() == bool(constants)
