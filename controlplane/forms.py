@@ -59,7 +59,7 @@ class PoolForm(ScopedModelForm):
         fields = [
             "cluster", "name", "team", "namespace", "deployment", "model_name", "gpu_type",
             "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
-            "target_queue_per_replica", "replica_capacity_rps", "scaling_target", "scaled_object", "route_name", "route_backend",
+            "target_queue_per_replica", "replica_capacity_rps", "batch_slots", "prefill_tokens_per_s", "scaling_target", "scaled_object", "route_name", "route_backend",
             "fallback_pool", "priority", "approval_policy", "planner_constants",
         ]
 

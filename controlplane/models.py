@@ -162,6 +162,16 @@ class Pool(models.Model):
         default=1.0, validators=[MinValueValidator(0.001)],
         help_text="Requests/s one ready replica serves within the SLO (a load test; corrected online by latency).",
     )
+    # What the work share is read against (scaling/engine/signals.py, `work_share`): unset, that part is unknown.
+    batch_slots = models.PositiveIntegerField(
+        "batch slots", null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Requests one replica runs at once: vLLM's --max-num-seqs. With the prefill throughput, what the "
+                  "busy share term reads the pool's work share against.",
+    )
+    prefill_tokens_per_s = models.FloatField(
+        "prefill throughput (prompt tokens/s)", null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="Prompt tokens one replica prefills per second at full load (a load test).",
+    )
     cold_start_p50_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
     cold_start_p95_s = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
     scaling_target = models.CharField(max_length=16, choices=ScalingTarget.choices, default=ScalingTarget.DEPLOYMENT)

@@ -42,7 +42,7 @@ from scaling.drivers.signals import PoolSelector
 from scaling.engine import constants, decide, planner
 from scaling.engine import fallback as fallback_engine
 from scaling.engine.planner import REACTIVE_BUSY, REACTIVE_RATE, Decision, ForecastPoint, PoolPlan, Term
-from scaling.engine.signals import PoolSignals, Reading
+from scaling.engine.signals import PoolSignals, Reading, work_share
 from scaling.models import FallbackActivation, PlannerMemory, Proposal, SignalSample, TickLease
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,8 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
             signals[pool.pk], ready_replicas=fresh(status.ready), desired_replicas=fresh(status.desired),
             arriving_replicas=fresh(status.arriving),
         )
+        signals[pool.pk] = replace(signals[pool.pk], work_share=work_share(signals[pool.pk], pool.batch_slots,
+                                                                           pool.prefill_tokens_per_s))
     return signals, errors
 
 

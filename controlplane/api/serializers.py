@@ -129,7 +129,7 @@ class PoolSerializer(ScopedModelSerializer):
         fields = [
             "id", "name", "cluster", "cluster_name", "team", "namespace", "deployment", "model_name",
             "gpu_type", "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
-            "target_queue_per_replica", "replica_capacity_rps", "cold_start_p50_s", "cold_start_p95_s", "scaling_target",
+            "target_queue_per_replica", "replica_capacity_rps", "batch_slots", "prefill_tokens_per_s", "cold_start_p50_s", "cold_start_p95_s", "scaling_target",
             "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "planner_constants", "slos",
         ]
 

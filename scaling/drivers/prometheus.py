@@ -85,6 +85,9 @@ QUERIES: dict[str, str] = {
         " + (sum by ({by}) (delta(vllm:num_requests_running{{{sel}}}[{w}]))" + _OR_ZERO + ") / {ws}, 0)"
     ),
     "prompt_tokens_rate": "sum by ({by}) (rate(vllm:prompt_tokens_total{{{sel}}}[{w}]))",
+    # The prompt tokens of the last scrape interval (irate: the window's last two samples): the work share's
+    # prefill part is read at the tick, as a burst lands, where the rate over the window averages it away.
+    "prompt_tokens_tick_rate": "sum by ({by}) (irate(vllm:prompt_tokens_total{{{sel}}}[{w}]))",
     "generation_tokens_rate": "sum by ({by}) (rate(vllm:generation_tokens_total{{{sel}}}[{w}]))",
     # errors: requests vLLM finished with an error plus HTTP 5xx answers on the API, over both;
     # NaN (unknown) when the pool served nothing in the window.

@@ -61,7 +61,8 @@ CONSTANTS: dict[str, Constant] = {
     # The GPU busy-share term (opt-in, 0: off). When on, 0.3: of 0.3, 0.35, 0.4 and 0.5, the largest with every
     # code case at least the tuned baselines' attainment and none dominated (with the approval guardrail at
     # +100 %; the target tuned hpa-util reads the same signal at); judged on conv, seed offset 10 and Mooncake.
-    # Off by default: DCGM reads a vLLM GPU busy whenever it decodes, at any load. Acting every tick it also
+    # Off by default: the fit needs the approval guardrail at +100 % and the pool's batch slots or prefill
+    # throughput (the work share it reads), and one held-out case stays below hpa-util. Acting every tick it
     # held the busy share at the target all day on smooth traffic (ServeGen week 1: 1.53-1.57x the
     # clairvoyant's GPU-hours a day, against the 1.25x target; docs/benchmarks.md, "A busy share read at the
     # tick"); the onset below removes that cost.

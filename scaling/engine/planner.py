@@ -102,9 +102,10 @@ class PoolPlan:
     # multiple of the rate lately (`PlanInput.rate_trend_rps`; 1 turns it off). A surge's ramp
     # outruns a term that sizes the pool for the rate already arrived.
     rate_trend_cap: float = default("rate_trend_cap")
-    # Opt-in (0: off): the GPU busy share read at the tick asks for ready x busy / target replicas, scale-ups
-    # only, as the HPA on GPU utilisation would. A gauge sees a burst's work the tick it lands, where the
-    # rate over a minute still averages it away; but on vLLM DCGM reads busy whenever a replica decodes.
+    # Opt-in (0: off): the busy share read at the tick (the work share: batch fill or prefill share, from
+    # vLLM's series; `signals.work_share`) asks for ready x busy / target replicas, scale-ups only, as the
+    # HPA on GPU utilisation would. A gauge sees a burst's work the tick it lands, where the rate over a
+    # minute still averages it away. Not DCGM's busy share: a vLLM GPU that decodes reads busy at any load.
     busy_share_target: float = default("busy_share_target")
     # When on, it acts only at an onset: the tick's busy replicas (busy share x ready, the work, which a
     # scale-down does not move) at least this multiple of their mean over the previous minute, or a busy
@@ -466,7 +467,7 @@ def busy_share_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, curr
     onset (`PoolPlan.busy_share_onset`). None: off. Also the busy replicas of the last minute, to keep."""
     if pool.busy_share_target <= 0:
         return None, ()
-    busy = inputs.signals.gpu_utilization
+    busy = inputs.signals.work_share
     numbers = {"busy_share_target": pool.busy_share_target}
     if not busy.is_known or not ready:
         return Term(REACTIVE_BUSY, None, numbers), state.busy_replicas

@@ -90,10 +90,13 @@ class PoolSignals:
     queue_time_p99_s: Reading = MISSING
     request_rate_rps: Reading = MISSING
     prompt_tokens_rate: Reading = MISSING
+    prompt_tokens_tick_rate: Reading = MISSING  # over the last scrape interval (irate), not the window
     generation_tokens_rate: Reading = MISSING
     error_rate: Reading = MISSING  # 0..1
     prefix_cache_hit_rate: Reading = MISSING
     gpu_utilization: Reading = MISSING  # 0..1
+    # 0..1, the share of the pool's serving capacity in use at the tick (`work_share`); the busy share term's.
+    work_share: Reading = MISSING
     ready_replicas: Reading = MISSING
     arriving_replicas: Reading = MISSING  # requested, still starting
     desired_replicas: Reading = MISSING
@@ -123,3 +126,27 @@ class PoolSignals:
     def waiting_values(self) -> list[float | None]:
         """Per-ready-replica queue for the HPA core: None where a replica's value is unknown."""
         return [float(r.value) if r.is_known else None for r in self.waiting_per_ready_replica]  # type: ignore[arg-type]
+
+
+def work_share(signals: PoolSignals, batch_slots: int | None, prefill_tokens_per_s: float | None) -> Reading:
+    """The share of the pool's serving capacity in use at the tick: the batch fill (running requests over
+    the ready replicas' `--max-num-seqs`) or the prefill share (prompt tokens computed over the last scrape
+    interval over what the ready replicas prefill a second), whichever is higher, at most 1.
+
+    What the replay's busy share is (`scaling/sim`), read from vLLM: unlike DCGM's busy share, a replica
+    decoding one sequence reads nearly idle. Unknown without ready replicas or without either part (a pool
+    that set neither field, or series that went missing); its age is the oldest part's."""
+    ready = signals.ready_replicas
+    if not ready.is_known or float(ready.value) < 1:  # type: ignore[arg-type]
+        return MISSING
+    parts: list[tuple[float, float]] = []  # (share, age)
+    if batch_slots and signals.running_requests.is_known:
+        running = signals.running_requests
+        parts.append((float(running.value) / (float(ready.value) * batch_slots), float(running.age_s)))  # type: ignore[arg-type]
+    if prefill_tokens_per_s and signals.prompt_tokens_tick_rate.is_known:
+        tokens = signals.prompt_tokens_tick_rate
+        parts.append((float(tokens.value) / (float(ready.value) * prefill_tokens_per_s), float(tokens.age_s)))  # type: ignore[arg-type]
+    if not parts:
+        return MISSING
+    share = min(1.0, max(0.0, max(part for part, _ in parts)))
+    return Reading(share, max(max(age for _, age in parts), float(ready.age_s)))  # type: ignore[arg-type]

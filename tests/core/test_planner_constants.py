@@ -85,3 +85,26 @@ def test_the_approval_guardrail_as_a_share_of_the_pool_is_validated_by_the_api(b
     else:
         assert response.status_code == 400 and message in str(response.data["approval_policy"])
         assert pool.approval_policy == {}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("batch_slots", 256, None),
+        ("prefill_tokens_per_s", 12_000.5, None),
+        ("batch_slots", None, None),  # unset: the batch fill is unknown, the prefill share still reads
+        ("batch_slots", 0, "greater than or equal to 1"),
+        ("batch_slots", 2.5, "valid integer"),
+        ("prefill_tokens_per_s", -1, "greater than or equal to 0.001"),
+        ("prefill_tokens_per_s", "fast", "valid number"),
+    ],
+)
+def test_what_the_work_share_is_read_against_is_validated_by_the_api(bob: User, pool: Pool, field, value,
+                                                                      message) -> None:  # noqa: ANN001
+    response = token_client(bob).patch(f"/api/v1/pools/{pool.pk}/", {field: value}, format="json")
+    pool.refresh_from_db()
+    if message is None:
+        assert response.status_code == 200 and getattr(pool, field) == value
+    else:
+        assert response.status_code == 400 and message in str(response.data[field]), response.data
+        assert getattr(pool, field) is None

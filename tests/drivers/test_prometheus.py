@@ -105,6 +105,19 @@ def test_it_reads_every_signal_of_many_pools_with_one_query_per_signal(cluster) 
     assert read["code"].ready_replicas.known == 1.0
 
 
+def test_the_prompt_tokens_of_the_tick_are_read_apart_from_the_windows(cluster) -> None:
+    """The work share's prefill part reads the last scrape interval: the burst is over, the window still has it."""
+    prometheus, _ = cluster
+    source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+
+    def tick_is_quiet() -> bool:
+        return source.read(pools()[:1])["chat"].prompt_tokens_tick_rate.known == 0.0
+
+    assert wait_until(tick_is_quiet, 10, interval=0.25)
+    chat = source.read(pools()[:1])["chat"]
+    assert chat.prompt_tokens_rate.is_known and chat.prompt_tokens_rate.value > 0  # 4 prompts in the last 30 s
+
+
 def test_it_reads_empty_answers_as_unknown_never_zero(cluster) -> None:
     prometheus, _ = cluster
     read = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s")).read(pools())

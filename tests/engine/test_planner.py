@@ -143,7 +143,7 @@ def test_the_request_rate_term_serves_the_rate_arriving_now(case, rate, margin, 
 def test_the_busy_share_term_asks_for_a_bursts_work_at_the_tick(case, busy, ready, target, expected):
     pool = dataclasses.replace(POOL, busy_share_target=target, busy_share_onset=0.0)  # every tick, as the HPA
     sig = dataclasses.replace(signals(ready=ready, desired=4),
-                              gpu_utilization=Reading(busy, 5.0) if busy is not None else Reading())
+                              work_share=Reading(busy, 5.0) if busy is not None else Reading())
     decision = plan(inputs(sig, lead=None), pool, good_state(target=4))
 
     term = decision.term(p.REACTIVE_BUSY)
@@ -174,7 +174,7 @@ def minute_of_work(busy_replicas: float, ready_ago_s: tuple[float, ...] = (60.0,
 def test_the_busy_share_term_acts_only_at_an_onset(case, busy, ready, state, expected):
     """Smooth traffic (ServeGen) pays nothing for the term; a burst's tick still gets what the HPA would ask."""
     pool = dataclasses.replace(POOL, busy_share_target=0.3)
-    sig = dataclasses.replace(signals(ready=ready, desired=4), gpu_utilization=fresh(busy))
+    sig = dataclasses.replace(signals(ready=ready, desired=4), work_share=fresh(busy))
     decision = plan(inputs(sig, lead=None), pool, state)
 
     term = decision.term(p.REACTIVE_BUSY)
@@ -191,28 +191,36 @@ def test_a_missed_busy_reading_keeps_the_minute_and_the_next_tick_still_sees_the
     """DCGM misses a scrape mid-surge: no opinion that tick, and the minute it compares with is not lost."""
     pool = dataclasses.replace(POOL, busy_share_target=0.3)
     state = minute_of_work(1.2)
-    missed = plan(inputs(dataclasses.replace(signals(ready=4, desired=4), gpu_utilization=Reading()), lead=None),
+    missed = plan(inputs(dataclasses.replace(signals(ready=4, desired=4), work_share=Reading()), lead=None),
                   pool, state)
     assert missed.term(p.REACTIVE_BUSY).replicas is None and missed.state.busy_replicas == state.busy_replicas
 
-    later = plan(inputs(dataclasses.replace(signals(ready=4, desired=4), gpu_utilization=fresh(0.9)), lead=None,
+    later = plan(inputs(dataclasses.replace(signals(ready=4, desired=4), work_share=fresh(0.9)), lead=None,
                         now=NOW + 15), pool, missed.state)
     assert later.term(p.REACTIVE_BUSY).replicas == 12  # 3.6 busy replicas against the minute's 1.2
 
 
 def test_the_busy_share_term_is_off_unless_a_pool_turns_it_on():
-    """DCGM reads a vLLM GPU busy whenever it decodes: a pinned busy share must not triple a quiet pool."""
-    sig = dataclasses.replace(signals(ready=4, rate=30.0), gpu_utilization=fresh(0.97))
+    sig = dataclasses.replace(signals(ready=4, rate=30.0), work_share=fresh(0.97))
     decision = plan(inputs(sig, lead=None), POOL, good_state(target=4))
 
     assert p.PoolPlan.busy_share_target == 0.0 and decision.term(p.REACTIVE_BUSY) is None
     assert decision.target_replicas == 3  # what the rate asks (30 req/s at 10 per replica), not 13
 
 
+def test_the_busy_share_term_never_reads_dcgm():
+    """DCGM reads a vLLM GPU busy whenever it decodes: a pinned 0.97 must not triple a quiet pool."""
+    pool = dataclasses.replace(POOL, busy_share_target=0.3)
+    sig = dataclasses.replace(signals(ready=4, rate=30.0), gpu_utilization=fresh(0.97))  # no work share known
+    decision = plan(inputs(sig, lead=None), pool, good_state(target=4))
+
+    assert decision.term(p.REACTIVE_BUSY).replicas is None and decision.target_replicas == 3
+
+
 def test_the_busy_share_term_gives_way_when_the_signals_fall_back():
     """Unknown load for a minute: the fallback's terms only (schedule, last good target, queue)."""
     pool = dataclasses.replace(POOL, busy_share_target=0.3)
-    sig = dataclasses.replace(signals(ready=4, rate=None), gpu_utilization=fresh(1.0))
+    sig = dataclasses.replace(signals(ready=4, rate=None), work_share=fresh(1.0))
     state = dataclasses.replace(good_state(target=4, known_at=NOW - 120))
     decision = plan(inputs(sig, lead=None), pool, state)
 

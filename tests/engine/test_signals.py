@@ -15,6 +15,7 @@ from scaling.engine.signals import (
     is_unknown,
     known_values,
     sample,
+    work_share,
 )
 
 READINGS = [
@@ -71,3 +72,40 @@ def test_it_lists_a_pools_unknown_signals() -> None:
 
 def test_it_has_no_age_when_nothing_is_known() -> None:
     assert PoolSignals(pool="empty").oldest_age_s() is UNKNOWN
+
+
+# --- the work share (what the busy share term reads) ---------------------------------------------
+
+
+def _pool(ready=4.0, running=None, tokens=None, age=5.0) -> PoolSignals:
+    def reading(value):
+        return Reading(value, age) if value is not None else Reading()
+
+    return PoolSignals(pool="chat", ready_replicas=Reading(ready, 0.0) if ready is not None else Reading(),
+                       running_requests=reading(running), prompt_tokens_tick_rate=reading(tokens))
+
+
+@pytest.mark.parametrize(
+    ("case", "signals", "slots", "prefill", "expected"),
+    [
+        ("the batch fill: 48 running on 4 x 16 slots", _pool(running=48.0), 16, None, 0.75),
+        ("the prefill share: 30,000 tokens/s on 4 x 10,000", _pool(tokens=30_000.0), None, 10_000.0, 0.75),
+        ("whichever is higher", _pool(running=16.0, tokens=36_000.0), 16, 10_000.0, 0.9),
+        ("at most 1 (a queue does not make it more)", _pool(running=100.0), 16, None, 1.0),
+        ("one sequence decoding on a replica reads nearly idle (DCGM would read busy)", _pool(ready=1.0, running=1.0),
+         256, None, 1 / 256),
+        ("a part whose series went missing: the other part", _pool(running=8.0, tokens=None), 16, 10_000.0, 0.125),
+        ("neither field set: unknown, never 0", _pool(running=48.0, tokens=30_000.0), None, None, None),
+        ("both series missing: unknown", _pool(), 16, 10_000.0, None),
+        ("no ready replica: no share of anything", _pool(ready=0.0, running=3.0), 16, None, None),
+        ("ready unknown: unknown", _pool(ready=None, running=3.0), 16, None, None),
+    ],
+)
+def test_the_work_share_is_read_from_vllm_against_the_pools_slots_and_prefill(case, signals, slots, prefill,
+                                                                               expected):
+    share = work_share(signals, slots, prefill)
+    if expected is None:
+        assert not share.is_known, case
+    else:
+        assert share.is_known and share.value == pytest.approx(expected), case
+        assert share.age_s == 5.0, case  # the oldest part's (ready was read just now)

@@ -39,6 +39,10 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         assert proposal.kind == "reactive" and proposal.decided_channel == "auto"
         assert any(reason["code"] == "ReactiveQueueDepth" for reason in proposal.reasons)
         assert proposal.signals["queue_depth"] > 0
+        # The work share, from vLLM's running requests over the batch slots registered (the replicas'
+        # --max-num-seqs, 2) and the prompt tokens at the tick: requests wait, so the batch
+        # is full, or nearly (a replica the cluster calls ready that Prometheus has not scraped yet counts empty).
+        assert proposal.signals["work_share"] is not None and proposal.signals["work_share"] > 0.5
         assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
         status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))
         assert status.desired >= proposal.target_replicas

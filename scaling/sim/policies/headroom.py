@@ -62,6 +62,7 @@ def signals_of(observation: Observation, request_rate_rps: float | None = None) 
         queue_depth=fresh(observation.queue_depth),
         running_requests=fresh(observation.running),
         gpu_utilization=fresh(observation.utilisation),
+        work_share=fresh(observation.utilisation),  # the replay's busy share is a work share (batch fill, prefill)
         request_rate_rps=fresh(observation.arrival_rate_rps if request_rate_rps is None else request_rate_rps),
         ready_replicas=fresh(observation.ready_replicas),
         arriving_replicas=fresh(observation.starting_replicas),
