@@ -22,6 +22,9 @@ import requests
 from sandbox import metrics_conformance as mc
 from sandbox.realvllm import MAX_MODEL_LEN, SERVED_MODEL_NAME
 from sandbox.replica import wait_until
+from scaling.drivers.prometheus import PrometheusConfig, PrometheusSignalSource
+from scaling.drivers.signals import PoolSelector
+from scaling.engine.signals import UNKNOWN, work_share
 
 pytestmark = pytest.mark.real_vllm
 
@@ -325,6 +328,36 @@ def test_headroom_promql_answers_for_real_and_emulated_alike(
         assert wanted <= p95.keys(), f"{E2E_P95} answered {p95}"
         assert all(math.isfinite(p95[m]) and p95[m] > 0 for m in wanted), p95
         real_vllm_timings["promql"] = {"queue_depth": waiting, "e2e_p95_s": p95}
+
+        # The work share through the driver, from a real vLLM's series: known (the traffic is over, so 0:
+        # nothing running, no prompt in the last scrape interval), never unknown for want of a series.
+        source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+        read = source.read([PoolSelector(kind, {"model_name": models[kind]}) for kind in ("real", "emulator")])
+        for kind in ("real", "emulator"):
+            signals = read[kind]
+            assert signals.prompt_tokens_tick_rate.is_known and signals.prompt_tokens_rate.value > 0, (kind, signals)
+            share = work_share(signals, batch_slots=8, prefill_tokens_per_s=1000.0)  # the server's --max-num-seqs
+            assert share.is_known and 0.0 <= share.value <= 1.0, (kind, share, signals)
+
+        # ...and under load it rises: bursts of 16 on the real server (8 run at once) until a read sees them.
+        busy = threading.Event()
+
+        def load() -> None:
+            while not busy.is_set():
+                with ThreadPoolExecutor(max_workers=16) as pool:
+                    list(pool.map(lambda _: _complete(real_vllm_url, models["real"], 64), range(16)))
+
+        def share_under_load() -> float:
+            return work_share(source.read([PoolSelector("real", {"model_name": models["real"]})])["real"],
+                              batch_slots=8, prefill_tokens_per_s=None).known
+
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        try:
+            assert wait_until(lambda: share_under_load() not in (0.0, UNKNOWN), 30, interval=0.25)
+        finally:
+            busy.set()
+            loader.join(60)
 
         # What Prometheus itself understood of each family (its metadata) must agree too.
         metadata = requests.get(prometheus.url + "/api/v1/targets/metadata",
