@@ -244,9 +244,16 @@ class Pool(models.Model):
         except ValueError as exc:
             errors["approval_policy"] = str(exc)
         try:
-            constants.parse_overrides(self.planner_constants)
+            overrides = constants.parse_overrides(self.planner_constants)
         except ValueError as exc:
             errors["planner_constants"] = str(exc)
+        else:
+            # The busy share term reads the work share, known only against one of these: without both, the
+            # setting would silently do nothing.
+            if overrides.get("busy_share_target", 0) > 0 and not (self.batch_slots or self.prefill_tokens_per_s):
+                errors["planner_constants"] = (
+                    "busy_share_target needs the pool's batch slots or prefill throughput: the busy share term "
+                    "reads the work share against them")
         if self._deployment_claimed():
             errors["deployment"] = (
                 f"Another pool already manages Deployment {self.namespace}/{self.deployment} in this cluster; "

@@ -108,3 +108,21 @@ def test_what_the_work_share_is_read_against_is_validated_by_the_api(bob: User, 
     else:
         assert response.status_code == 400 and message in str(response.data[field]), response.data
         assert getattr(pool, field) is None
+
+
+def test_the_busy_share_term_cannot_be_turned_on_with_nothing_to_read(bob: User, pool: Pool) -> None:
+    """Without batch slots or a prefill throughput the work share is never known: say so, store nothing."""
+    client = token_client(bob)
+    response = client.patch(f"/api/v1/pools/{pool.pk}/", {"planner_constants": {"busy_share_target": 0.3}}, format="json")
+    assert response.status_code == 400 and "batch slots or prefill throughput" in str(response.data["planner_constants"])
+    pool.refresh_from_db()
+    assert pool.planner_constants == {}
+
+    response = client.patch(f"/api/v1/pools/{pool.pk}/", {"planner_constants": {"busy_share_target": 0.3},
+                                                        "batch_slots": 256}, format="json")
+    assert response.status_code == 200, response.data
+    # ...and the field it reads against cannot be cleared under it.
+    response = client.patch(f"/api/v1/pools/{pool.pk}/", {"batch_slots": None}, format="json")
+    assert response.status_code == 400 and "planner_constants" in response.data
+    pool.refresh_from_db()
+    assert pool.batch_slots == 256
