@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scaling.sim.fluid_mode import run_fluid_mode  # noqa: E402
 from scaling.sim.policies import PolicyContext, build_policy, clairvoyant  # noqa: E402
-from bench.headroom_suite import add_guardrail_argument, parse_overrides  # noqa: E402
+from bench.headroom_suite import add_guardrail_argument, parse_overrides, with_overrides  # noqa: E402
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
 from scaling.sim.policies.static import StaticPolicy  # noqa: E402
 from scaling.sim.runner import SEARCH_MAX_STEPS  # noqa: E402
@@ -165,7 +165,7 @@ def case_from(args: argparse.Namespace):
                                              "--mode", "fluid", "--policy", "headroom"])
     config, workload = config_from(replay_args), workload_from(replay_args)
     pool = pool_plan_for(config, workload)
-    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in parse_overrides(args.pool).items()})
+    pool = with_overrides(pool, parse_overrides(args.pool))
     return config, workload, pool
 
 

@@ -87,6 +87,16 @@ def parse_overrides(pairs: list[str]) -> dict[str, float]:
     return overrides
 
 
+def with_overrides(pool: PoolPlan, overrides: dict[str, float]) -> PoolPlan:
+    """`pool` with `--pool` overrides applied, each cast to its field's type (a count stays an int)."""
+    return dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
+
+
+def static_dominates(static, result) -> bool:
+    """A static pool reaching `result`'s attainment with `DOMINATED_SAVING` fewer GPU-hours."""
+    return static.slo_attainment >= result.slo_attainment and static.gpu_hours <= (1 - DOMINATED_SAVING) * result.gpu_hours
+
+
 def guardrail_percent(text: str) -> int:
     """`--reactive-max-percent`: a whole number of percent, 1-1000 (the approval policy's own bounds)."""
     try:
@@ -135,16 +145,13 @@ def run_case(workload, config: SimConfig, pool: PoolPlan, args: argparse.Namespa
     size = context.smallest_static(headroom.slo_attainment)
     static = evaluate(StaticPolicy(size))
     row["static_at_headroom_attainment"] = {"replicas": size, **score(static),
-                                            "dominates": static.slo_attainment >= headroom.slo_attainment
-                                            and static.gpu_hours <= (1 - DOMINATED_SAVING) * headroom.gpu_hours}
+                                            "dominates": static_dominates(static, headroom)}
     return row
 
 
 def score_case(label: str, workload, config: SimConfig, overrides: dict[str, float], args: argparse.Namespace) -> dict:
     """One case's row: its pool load-tested, the `--pool` overrides applied, then `run_case`."""
-    pool = pool_plan_for(config, workload)
-    pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in overrides.items()})
-    return {"case": label, **run_case(workload, config, pool, args)}
+    return {"case": label, **run_case(workload, config, with_overrides(pool_plan_for(config, workload), overrides), args)}
 
 
 def is_training(label: str) -> bool:

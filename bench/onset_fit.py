@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.forecastable_case import add_case_arguments, case_from, per_day  # noqa: E402
-from bench.headroom_suite import (CASES, DOMINATED_SAVING, add_guardrail_argument, is_training, parse_overrides,  # noqa: E402
-                                  workload_for)
+from bench.headroom_suite import (CASES, add_guardrail_argument, is_training, parse_overrides,  # noqa: E402
+                                  static_dominates, with_overrides, workload_for)
 from scaling.sim.config import SimConfig  # noqa: E402
 from scaling.sim.fluid_mode import run_fluid_mode  # noqa: E402
 from scaling.sim.policies import PolicyContext  # noqa: E402
@@ -66,9 +66,8 @@ def code_cases(onset: float, args: argparse.Namespace, baselines: dict[str, dict
         if not is_training(label):
             continue
         workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed, prompts)
-        pool = pool_plan_for(config, workload)
-        pool = dataclasses.replace(pool, **{k: type(getattr(pool, k))(v) for k, v in parse_overrides(args.pool).items()})
-        pool = dataclasses.replace(pool, busy_share_target=args.busy_share_target, busy_share_onset=onset)
+        pool = dataclasses.replace(with_overrides(pool_plan_for(config, workload), parse_overrides(args.pool)),
+                                   busy_share_target=args.busy_share_target, busy_share_onset=onset)
         result = run_request_mode(workload, config, HeadroomPolicy(pool, tick_s=config.tick_s or 15.0,
                                                                    reactive_max_percent=args.reactive_max_percent))
         context = PolicyContext(workload, config, lambda policy, w=workload: run_request_mode(w, config, policy))
@@ -77,8 +76,7 @@ def code_cases(onset: float, args: argparse.Namespace, baselines: dict[str, dict
         best = max(baselines[label][name]["slo_attainment"] for name in ("keda-queue", "hpa-util"))
         rows.append({"case": label, "slo_attainment": result.slo_attainment, "gpu_hours": round(result.gpu_hours, 2),
                      "below_a_baseline": result.slo_attainment < min(best, OBJECTIVE),
-                     "dominated": static.slo_attainment >= result.slo_attainment
-                     and static.gpu_hours <= (1 - DOMINATED_SAVING) * result.gpu_hours})
+                     "dominated": static_dominates(static, result)})
     return rows
 
 
