@@ -33,6 +33,7 @@ import json
 import math
 from pathlib import Path
 
+from controlplane.config import ApprovalPolicy
 from scaling.engine.planner import PoolPlan
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.loaders import load_trace
@@ -97,12 +98,15 @@ def static_dominates(static, result) -> bool:
     return static.slo_attainment >= result.slo_attainment and static.gpu_hours <= (1 - DOMINATED_SAVING) * result.gpu_hours
 
 
-def guardrail_percent(text: str) -> int:
-    """`--reactive-max-percent`: a whole number of percent, 1-1000 (the approval policy's own bounds)."""
+def guardrail_percent(text: str) -> int | None:
+    """`--reactive-max-percent`: a whole number of percent, 1-1000 (the approval policy's own bounds), or
+    `off` for the step alone (the policy's null)."""
+    if text.strip().lower() == "off":
+        return None
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of percent, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number of percent or off, got {text!r}") from None
     if not 0 < value <= 1000:
         raise argparse.ArgumentTypeError(f"expected a whole number of percent from 1 to 1000, got {value}")
     return value
@@ -110,9 +114,10 @@ def guardrail_percent(text: str) -> int:
 
 def add_guardrail_argument(parser: argparse.ArgumentParser) -> None:
     """The approval guardrail the replay approves reactive scale-ups under, as every judgment script takes it."""
-    parser.add_argument("--reactive-max-percent", type=guardrail_percent, default=None, metavar="P",
+    default = ApprovalPolicy.reactive_max_percent
+    parser.add_argument("--reactive-max-percent", type=guardrail_percent, default=default, metavar="P",
                         help="reactive and predictive scale-ups approved at once up to max(+4, +P %%) of the pool "
-                             "(`ApprovalPolicy.reactive_max_percent`; default: +4 only)")
+                             f"(`ApprovalPolicy.reactive_max_percent`; default {default}, as a pool's; off: +4 only)")
 
 
 def score(result) -> dict[str, float]:

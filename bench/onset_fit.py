@@ -1,7 +1,7 @@
 """The busy-share term's onset, fitted on the training side only: the suite's `code` cases and ServeGen's week 1.
 
     .venv/bin/python bench/onset_fit.py [--onsets 1.2,1.5,2,3] [--busy-share-target 0.3]
-        [--reactive-max-percent 100] [--pool FIELD=VALUE ...] [--json]      # about 45 CPU-s an onset
+        [--reactive-max-percent P] [--pool FIELD=VALUE ...] [--json]      # about 45 CPU-s an onset
 
 For each onset (`PoolPlan.busy_share_onset`), headroom alone with the busy share term on:
 - the five `code` cases at seed offset 0 (request mode, as `bench/headroom_suite.py` replays them), each
@@ -115,7 +115,6 @@ def main() -> None:
     add_guardrail_argument(parser)
     add_case_arguments(parser)
     parser.add_argument("--json", action="store_true")
-    parser.set_defaults(reactive_max_percent=100)
     args = parser.parse_args()
     if not 0 < args.busy_share_target <= 1:
         parser.error(f"--busy-share-target: expected a share above 0 and at most 1, got {args.busy_share_target:g}")

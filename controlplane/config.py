@@ -53,9 +53,11 @@ class ApprovalPolicy:
     # Reactive (and predictive) scale-ups are auto-approved only up to this many added replicas (the
     # guardrail); a larger one runs this share at once and leaves the rest to a person.
     reactive_max_step: int = 4
-    # ...or this share of the replicas the pool runs, in percent, where that is more (the Kubernetes HPA's
-    # own scale-up limit is max(4 pods, 100 %)); None: the step alone. +4 is a quarter of a 16-replica pool.
-    reactive_max_percent: int | None = None
+    # ...or this share of the replicas the pool runs, in percent, where that is more: at 100, the Kubernetes
+    # HPA's own scale-up limit, max(4 pods, 100 %), which the planner's rate limit also keeps. None: the step
+    # alone (+4 is a quarter of a 16-replica pool). 100 since session 20: at +4 a 10x surge's reaction waits
+    # for a person and stays behind a tuned HPA's even from the same pool (docs/benchmarks.md, "Paired draws").
+    reactive_max_percent: int | None = 100
     # The planner's scale-downs that held through the stabilization window and keep the warm floor.
     auto_approve_scale_down: bool = True
 

@@ -185,7 +185,7 @@ class Pool(models.Model):
     approval_policy = models.JSONField(
         default=dict, blank=True,
         help_text='Overrides of {"expiry_minutes": 10, "two_person_min_delta": null, "auto_approve_off_hours": true, '
-                  '"auto_approve_reactive": true, "reactive_max_step": 4, "reactive_max_percent": null}',
+                  '"auto_approve_reactive": true, "reactive_max_step": 4, "reactive_max_percent": 100}',
     )
     planner_constants = models.JSONField(
         default=dict, blank=True,

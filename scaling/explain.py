@@ -35,7 +35,7 @@ class ChangeFacts:
     forecast_peak_rps: float | None = None
     # The rate a cold start ahead where it grew over the last minute (the rate term's growth), else None.
     rate_ahead_rps: float | None = None
-    # The GPU busy share where it set the target (the opt-in busy-share term), else None.
+    # The GPU busy share where it set the target (the busy-share term), else None.
     busy_share: float | None = None
     # Their busy replicas (busy share x ready) over the previous minute's mean, where there was one.
     busy_rise: float | None = None

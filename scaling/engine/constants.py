@@ -58,16 +58,18 @@ CONSTANTS: dict[str, Constant] = {
     # within 0.001 of 30 minutes' and every day of ServeGen's week 1 at 0.99; judged on conv and week 2.
     "lead_peak_window_s": Constant(120.0, "the suite's code cases (seed offset 0) and ServeGen m-small week 1",
                                    60.0, 3600.0),
-    # The GPU busy-share term (opt-in, 0: off). When on, 0.3: of 0.3, 0.35, 0.4 and 0.5, the largest with every
-    # code case at least the tuned baselines' attainment and none dominated (with the approval guardrail at
-    # +100 %; the target tuned hpa-util reads the same signal at); judged on conv, seed offset 10 and Mooncake.
-    # Off by default: the fit needs the approval guardrail at +100 % and the pool's batch slots or prefill
-    # throughput (the work share it reads), and one held-out case stays below hpa-util. Acting every tick it
-    # held the busy share at the target all day on smooth traffic (ServeGen week 1: 1.53-1.57x the
-    # clairvoyant's GPU-hours a day, against the 1.25x target; docs/benchmarks.md, "A busy share read at the
-    # tick"); the onset below removes that cost.
-    "busy_share_target": Constant(0.0, "off by default; 0.3 when on: the suite's code cases (seed offset 0)", 0.0, 1.0),
-    # When on, the term acts only at an onset: the tick's busy replicas (busy share x ready) at least this multiple
+    # The busy-share term (0: off). 0.3: of 0.3, 0.35, 0.4 and 0.5, the largest with every code case at least the
+    # tuned baselines' attainment and none dominated (with the approval guardrail at +100 %; the target tuned
+    # hpa-util reads the same signal at); judged on conv, seed offset 10 and Mooncake. It reads the work share,
+    # known only on a pool that states its batch slots or prefill throughput: elsewhere it has no opinion.
+    # Acting every tick it held the busy share at the target all day on smooth traffic (ServeGen week 1:
+    # 1.53-1.57x the clairvoyant's GPU-hours a day, against the 1.25x target; docs/benchmarks.md, "A busy share
+    # read at the tick"); the onset below removes that cost. On by default since session 20: over 10 paired
+    # draws of every suite case it leaves one held-out case below hpa-util, at one seed offset of two, and that
+    # one is above it from the same pool the surge found (docs/benchmarks.md, "Paired draws"); its cost is
+    # GPU-hours on bursty traffic that already meets the objective (code: 5.9 against 4.5).
+    "busy_share_target": Constant(0.3, "the suite's code cases (seed offset 0)", 0.0, 1.0),
+    # The term acts only at an onset: the tick's busy replicas (busy share x ready) at least this multiple
     # of their mean over the previous minute (0: every tick, as session 18's term and the HPA). Rule, fixed before
     # judging: of 1.2, 1.5, 2 and 3, every code case at least the tuned baselines' attainment and none dominated,
     # every day of ServeGen's week 1 at 0.99 within 1.25x the clairvoyant's GPU-hours, then the fewest GPU-hours

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from controlplane.config import guardrail_step
+from controlplane.config import ApprovalPolicy, guardrail_step
 from scaling.engine import planner
 from scaling.engine.forecast import DEFAULT_MEMORY, ForecastMemory, OnlineForecast
 from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow
@@ -356,17 +356,17 @@ class ApprovalModel:
     """The replay's approvals: what policy approves (`ApprovalPolicy`, `scaling/services.py`) at once,
     everything else `approval_delay_s` after a person was first asked (a newer proposal of the same
     track replaces the older one, the person still answers at that time). Policy approves reactive and
-    predictive scale-ups of at most `reactive_max_step` (a larger one runs that share at once and
-    leaves the rest to the person) and the planner's scale-downs (its targets are stabilized over the
+    predictive scale-ups up to the guardrail, `reactive_max_step` or `reactive_max_percent` of the pool
+    where that is more (a larger one runs that share at once and leaves the rest to the person) and the planner's scale-downs (its targets are stabilized over the
     window and never under the warm floor, the conditions the live policy checks). An approved
     pre-scale is held as a floor until the forecast peak it was made for (at most the pool's pre-scale
     horizon after it was made), as the loop's `floor_until` and `approved_floor` do; a forecast-bound
     change of the pre-scale kind without a pre-scale proposal holds no floor once applied."""
 
     approval_delay_s: float = 60.0
-    reactive_max_step: int = 4
+    reactive_max_step: int = ApprovalPolicy.reactive_max_step
     auto_approve_scale_down: bool = True
-    reactive_max_percent: int | None = None  # `ApprovalPolicy.reactive_max_percent`
+    reactive_max_percent: int | None = ApprovalPolicy.reactive_max_percent
     pending: dict[bool, _Pending] = field(default_factory=dict)  # by track: pre-scale or not
     floor: tuple[int, float] | None = None  # (replicas, until)
 

@@ -73,7 +73,10 @@ def kube_pool(pool: Pool, cluster: Cluster, settings) -> Iterator[Pool]:  # noqa
         settings.KUBERNETES_ENABLED = True
         settings.PROMETHEUS_ENABLED = False  # the surge's signals are given below, as Prometheus would read them
         Cluster.objects.filter(pk=cluster.pk).update(kube_api_url=kube.url)
-        Pool.objects.filter(pk=pool.pk).update(max_replicas=MAX_REPLICAS, replica_capacity_rps=5.0)
+        # This team keeps the guardrail at the step alone (+4; the default also allows doubling the pool),
+        # so the surge's larger steps wait for a person: the story shows the guardrail's share.
+        Pool.objects.filter(pk=pool.pk).update(max_replicas=MAX_REPLICAS, replica_capacity_rps=5.0,
+                                               approval_policy={"reactive_max_percent": None})
         yield Pool.objects.select_related("cluster", "team").get(pk=pool.pk)
 
 

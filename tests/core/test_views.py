@@ -40,7 +40,7 @@ def test_the_fleet_table_is_a_fragment_for_htmx(alice: User, pool: Pool) -> None
 
 
 def test_the_pool_page_says_what_the_work_share_is_read_against(alice: User, pool: Pool) -> None:
-    assert "no batch slots or prefill throughput set" in _login(alice).get(f"/pools/{pool.pk}/").content.decode()
+    assert "no batch slots or prefill throughput set: the busy share term cannot act" in _login(alice).get(f"/pools/{pool.pk}/").content.decode()
     Pool.objects.filter(pk=pool.pk).update(batch_slots=256, prefill_tokens_per_s=12000.0)
     body = _login(alice).get(f"/pools/{pool.pk}/").content.decode()
     assert "read against 256 batch slots and 12000 prompt tokens/s a replica" in body

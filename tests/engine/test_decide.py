@@ -153,7 +153,9 @@ def test_a_guardrail_as_a_share_of_the_pool_approves_a_doubling_at_once():
     assert approvals.apply(15.0, _decision(40, 24), 24, 1800.0, 1, 40) == 40
     # Below the step, the step still holds: 1 replica may add 4.
     assert ApprovalModel(reactive_max_percent=100).apply(0.0, _decision(9, 1), 1, 1800.0, 1, 40) == 5
-    assert ApprovalModel().apply(0.0, _decision(24, 12), 12, 1800.0, 1, 40) == 16
+    # The default is that rule; the step alone (null) would have run 16 and left 8 to a person.
+    assert ApprovalModel().apply(0.0, _decision(24, 12), 12, 1800.0, 1, 40) == 24
+    assert ApprovalModel(reactive_max_percent=None).apply(0.0, _decision(24, 12), 12, 1800.0, 1, 40) == 16
 
 
 class _Recorded:

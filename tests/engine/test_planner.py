@@ -200,12 +200,13 @@ def test_a_missed_busy_reading_keeps_the_minute_and_the_next_tick_still_sees_the
     assert later.term(p.REACTIVE_BUSY).replicas == 12  # 3.6 busy replicas against the minute's 1.2
 
 
-def test_the_busy_share_term_is_off_unless_a_pool_turns_it_on():
+def test_the_busy_share_term_is_on_by_default_and_a_pool_may_turn_it_off():
     sig = dataclasses.replace(signals(ready=4, rate=30.0), work_share=fresh(0.97))
-    decision = plan(inputs(sig, lead=None), POOL, good_state(target=4))
-
-    assert p.PoolPlan.busy_share_target == 0.0 and decision.term(p.REACTIVE_BUSY) is None
-    assert decision.target_replicas == 3  # what the rate asks (30 req/s at 10 per replica), not 13
+    on = plan(inputs(sig, lead=None), POOL, good_state(target=4))
+    assert p.PoolPlan.busy_share_target == 0.3 and on.term(p.REACTIVE_BUSY).replicas == 13  # saturated: 4 x 0.97 / 0.3
+    off = plan(inputs(sig, lead=None), dataclasses.replace(POOL, busy_share_target=0.0), good_state(target=4))
+    assert off.term(p.REACTIVE_BUSY) is None
+    assert off.target_replicas == 3  # what the rate asks (30 req/s at 10 per replica), not 13
 
 
 def test_the_busy_share_term_never_reads_dcgm():

@@ -28,8 +28,8 @@ def test_it_refuses_a_bad_policy_naming_the_setting(raw, message):
 @pytest.mark.parametrize(
     ("raw", "current", "guardrail"),
     [
-        ({}, 1, 4),  # the step alone (the default)
-        ({}, 40, 4),
+        ({}, 1, 4),  # the default: the HPA's max(4 pods, 100 %)
+        ({}, 40, 40),
         ({"reactive_max_percent": None}, 40, 4),  # null: off
         ({"reactive_max_percent": 100}, 1, 4),  # the step where the share is less (the HPA's max(4 pods, 100 %))
         ({"reactive_max_percent": 100}, 12, 12),
@@ -42,5 +42,5 @@ def test_the_guardrail_is_the_step_or_the_share_of_the_pool_whichever_is_more(ra
     assert parse_approval_policy(raw).guardrail(current) == guardrail
 
 
-def test_the_default_is_the_fixed_step():
-    assert ApprovalPolicy().reactive_max_percent is None and ApprovalPolicy().reactive_max_step == 4
+def test_the_default_is_the_hpas_own_scale_up_rate():
+    assert ApprovalPolicy().reactive_max_percent == 100 and ApprovalPolicy().reactive_max_step == 4

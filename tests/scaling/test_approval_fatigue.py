@@ -85,9 +85,20 @@ def test_it_splits_only_the_planners_guardrail_kinds(pool: Pool, alice: User, po
 
 
 def test_the_guardrail_follows_the_pools_step(pool: Pool) -> None:
-    pool = _policy(pool, reactive_max_step=2)
+    pool = _policy(pool, reactive_max_step=2, reactive_max_percent=None)  # null: the step alone
     services.propose(pool, 8, ProposalKind.REACTIVE, PLANNER, current=3)
     assert Proposal.objects.get(pool=pool, state=ProposalState.APPROVED).target_replicas == 5
+
+
+def test_by_default_the_guardrail_is_the_hpas_own_rate(pool: Pool) -> None:
+    # max(+4, +100 %): a pool of 6 may double at once, as a Kubernetes HPA would scale it; the rest waits.
+    Pool.objects.filter(pk=pool.pk).update(max_replicas=40, approval_policy={})
+    pool = Pool.objects.get(pk=pool.pk)
+    doubled = services.propose(pool, 12, ProposalKind.REACTIVE, PLANNER, current=6)
+    assert doubled.state == ProposalState.APPROVED and "within the guardrail of 6" in doubled.events.last().comment
+    rest = services.propose(pool, 30, ProposalKind.REACTIVE, PLANNER, current=12)
+    assert rest.state == ProposalState.PENDING
+    assert Proposal.objects.get(pool=pool, state=ProposalState.APPROVED, current_replicas=12).target_replicas == 24
 
 
 def test_the_guardrail_may_be_a_share_of_the_pool(pool: Pool) -> None:

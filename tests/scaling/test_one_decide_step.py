@@ -47,7 +47,7 @@ def _accepted(pool: Pool, at: datetime, change: int) -> None:
     memory.save()
 
 
-@pytest.mark.parametrize("constants", [{}, {"busy_share_target": 0.3}], ids=["defaults", "busy share on"])
+@pytest.mark.parametrize("constants", [{}, {"busy_share_target": 0}], ids=["defaults (busy share on)", "busy share off"])
 def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool, constants: dict) -> None:
     Pool.objects.filter(pk=pool.pk).update(replica_capacity_rps=5.0, min_replicas=1, max_replicas=30,
                                            planner_constants=constants)
@@ -73,10 +73,11 @@ def test_the_loop_and_the_replay_make_the_same_decision_tick_by_tick(pool: Pool,
         desired = applied
     targets = {live for live, _ in compared}
     assert len(targets) >= 3, f"the sequence should move the target: {sorted(targets)}"
-    # The opt-in term reads the same GPU busy share in both, and sets the target at the burst's onset (the
+    # The busy share term reads the same work share in both, and sets the target at the burst's onset (the
     # loop keeps the minute of busy replicas it compares with in its stored state, as the replay in memory).
+    busy_on = not constants
     busy_ticks = [tick for tick, d in enumerate(state.decisions) if d.reasons[0] == planner.REACTIVE_BUSY]
-    assert busy_ticks == ([60] if constants else []), busy_ticks
+    assert busy_ticks == ([60] if busy_on else []), busy_ticks
     # ...and the proposal it made says so (the card's sentence reads the busy share from its evidence).
-    assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_share").exists() == bool(constants)
-    assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_rise").exists() == bool(constants)
+    assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_share").exists() == busy_on
+    assert Proposal.objects.filter(pool=pool, evidence__has_key="busy_rise").exists() == busy_on

@@ -165,7 +165,7 @@ def _decision(binding: str, current: int, target: int) -> planner.Decision:
 
 
 def test_forecast_bound_scale_ups_run_the_guardrails_share_at_once_as_production_does():
-    approvals = ApprovalModel(approval_delay_s=60.0)
+    approvals = ApprovalModel(approval_delay_s=60.0, reactive_max_percent=None)  # the step alone
     assert approvals.apply(0.0, _decision(planner.PREDICTIVE, 4, 7), 4, 1800.0, 1, 50) == 7
     # Beyond the guardrail (4 replicas) its share runs at once, the rest after the person's answer.
     assert approvals.apply(15.0, _decision(planner.PREDICTIVE, 7, 20), 7, 1800.0, 1, 50) == 11

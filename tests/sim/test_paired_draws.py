@@ -1,6 +1,7 @@
 """bench/paired_draws.py: paired differences over the replay's draws, the pool held at a surge, bad input."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import subprocess
 import sys
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.headroom_suite import add_guardrail_argument
 from bench.paired_draws import HeldAtSurge, paired_difference, ready_at
+from controlplane.config import ApprovalPolicy
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.profiles import DEFAULT_PROFILE, get_profile
 from scaling.sim.request_mode import run_request_mode
@@ -76,3 +79,11 @@ def test_bad_input_gets_a_message_before_any_replay():
         run = subprocess.run([sys.executable, "bench/paired_draws.py", *args], cwd=ROOT, capture_output=True, text=True,
                              timeout=60)
         assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr, (args, run.stderr)
+
+
+def test_the_replays_approve_as_a_pools_default_policy_and_off_is_the_step_alone():
+    parser = argparse.ArgumentParser()
+    add_guardrail_argument(parser)
+    assert parser.parse_args([]).reactive_max_percent == ApprovalPolicy().reactive_max_percent == 100
+    assert parser.parse_args(["--reactive-max-percent", "off"]).reactive_max_percent is None
+    assert parser.parse_args(["--reactive-max-percent", "50"]).reactive_max_percent == 50

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from controlplane.config import ApprovalPolicy
 from scaling.engine import decide
 from scaling.engine.decide import ApprovalModel, DecideState, SeasonalCache
 from scaling.engine.planner import Decision, ForecastPoint, PlannerState, PoolPlan, record_scale_event
@@ -210,8 +211,9 @@ class HeadroomState:
 class HeadroomPolicy:
     pool: PoolPlan
     approval_delay_s: float = 60.0  # a person's answer to a proposal policy does not approve
-    reactive_max_step: int = 4  # `ApprovalPolicy.reactive_max_step`: reactive scale-ups approved by policy
-    reactive_max_percent: int | None = None  # `ApprovalPolicy.reactive_max_percent`: or this share of the pool
+    # The approval guardrail: reactive scale-ups approved by policy, this many or this share of the pool
+    reactive_max_step: int = ApprovalPolicy.reactive_max_step
+    reactive_max_percent: int | None = ApprovalPolicy.reactive_max_percent
     name: str = "headroom"
     tick_s: float = 15.0
     observes_latency: bool = True  # request mode reports TTFT percentiles to it
