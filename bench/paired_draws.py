@@ -164,7 +164,8 @@ def markdown(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|"]
 
     def cell(row: dict, name: str) -> str:
-        return f"{row[name]['slo_attainment']['mean']:.4f} ({row[name]['slo_attainment']['sd']:.4f}) / {row[name]['gpu_hours']:.2f}"
+        attainment = row[name]["slo_attainment"]
+        return f"{attainment['mean']:.4f} ({attainment['sd']:.4f}) / {row[name]['gpu_hours']:.2f}"
 
     def diff(d: dict) -> str:
         return f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] {d['verdict']}"

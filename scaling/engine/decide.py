@@ -357,11 +357,12 @@ class ApprovalModel:
     everything else `approval_delay_s` after a person was first asked (a newer proposal of the same
     track replaces the older one, the person still answers at that time). Policy approves reactive and
     predictive scale-ups up to the guardrail, `reactive_max_step` or `reactive_max_percent` of the pool
-    where that is more (a larger one runs that share at once and leaves the rest to the person) and the planner's scale-downs (its targets are stabilized over the
-    window and never under the warm floor, the conditions the live policy checks). An approved
-    pre-scale is held as a floor until the forecast peak it was made for (at most the pool's pre-scale
-    horizon after it was made), as the loop's `floor_until` and `approved_floor` do; a forecast-bound
-    change of the pre-scale kind without a pre-scale proposal holds no floor once applied."""
+    where that is more (a larger one runs that share at once and leaves the rest to the person), and
+    the planner's scale-downs (its targets are stabilized over the window and never under the warm
+    floor, the conditions the live policy checks). An approved pre-scale is held as a floor until the
+    forecast peak it was made for (at most the pool's pre-scale horizon after it was made), as the
+    loop's `floor_until` and `approved_floor` do; a forecast-bound change of the pre-scale kind without
+    a pre-scale proposal holds no floor once applied."""
 
     approval_delay_s: float = 60.0
     reactive_max_step: int = ApprovalPolicy.reactive_max_step
