@@ -1,13 +1,18 @@
 """Small synthetic workloads and scripted policies for simulator tests."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from scaling.sim.policies.base import Observation
 from scaling.sim.policies.static import StaticPolicy
 from scaling.sim.workload import Trace
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def poisson_trace(rate_rps: float, duration_s: float, prompt: int = 500, output: int = 100, seed: int = 1) -> Trace:
@@ -38,3 +43,10 @@ class LatencyReadingStatic(StaticPolicy):
     """`static` that asks the simulator for TTFT percentiles (as the headroom policy does)."""
 
     observes_latency: bool = True
+
+
+def assert_refused(script: str, cases: tuple[tuple[list[str], str], ...]) -> None:
+    """Each (arguments, message): the bench script exits non-zero with the message and no traceback."""
+    for args, message in cases:
+        run = subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and message in run.stderr and "Traceback" not in run.stderr, (args, run.stderr)
