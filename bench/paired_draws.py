@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/paired_draws.py [--traces ../shared/traces] [--cases LABEL,...] [--draws N]
         [--seed-offset N] [--pool FIELD=VALUE ...] [--reactive-max-percent P] [--pool-at-surge NAME] [--json]
+    .venv/bin/python bench/paired_draws.py --trace PATH [--rate-scale K ...] [--surge FACTOR:MINUTES ...] ...
 
 Why: one replay is one draw of the cold starts (60 s p50, 90 s p95 each) and of the clients' retry
 jitter. On a surge that ramps faster than a cold start, whether the replicas started at its first tick
@@ -19,6 +20,9 @@ a surge, holding at least the replicas NAME's run of the same draw had ready whe
 from 5 minutes before it until its ramp ends: the pool the surge found, which no decision taken once it
 began can change before a cold start has passed (issue 12 leaves unforeseeable surges to the warm pool
 and the fallback model). What difference is left is headroom's reaction.
+
+`--trace PATH` replaces the suite's cases with `bench/unseen_traffic.py`'s on that trace (as it is, at each
+`--rate-scale`, under each `--surge`; `--seed-offset` seeds their copies): the held-out judgment over draws.
 
 The pool's plan is load-tested once per case (draw 0), as a pool is load-tested once before it serves.
 About 3 CPU-s per replay on `conv`, 6 on `code`.
@@ -39,7 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.headroom_suite import (  # noqa: E402
     CASES, add_guardrail_argument, parse_overrides, with_overrides, workload_for)
+from bench.unseen_traffic import load_or_exit, parse_surge, positive, trace_cases  # noqa: E402
 from scaling.sim.config import SimConfig  # noqa: E402
+from scaling.sim.loaders import FORMATS  # noqa: E402
 from scaling.sim.policies import PolicyContext, build_policy  # noqa: E402
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
 from scaling.sim.profiles import DEFAULT_PROFILE, get_profile  # noqa: E402
@@ -178,6 +184,21 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cases_of(args: argparse.Namespace, wanted: set[str], config: SimConfig):
+    """(label, workload, surge start as a share of the span or None for a third, ramp in seconds or None)."""
+    if args.trace is not None:
+        trace = load_or_exit(args.trace, args.format, config.warmup_s)
+        for label, workload, ramp_s in trace_cases(trace, args.label or args.trace.stem, args.rate_scale, args.surge,
+                                                   args.seed_offset):
+            yield label, workload, None, ramp_s
+        return
+    for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
+        if wanted and label not in wanted:
+            continue
+        workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed + args.seed_offset, prompts)
+        yield label, workload, start_share, float(surge_spec.split(":")[1]) * 60.0 if surge_spec else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default=str(Path(__file__).resolve().parents[2] / "shared" / "traces"))
@@ -188,6 +209,13 @@ def main() -> None:
     add_guardrail_argument(parser)
     parser.add_argument("--pool-at-surge", choices=BASELINES, default=None,
                         help="also replay headroom holding the pool this baseline had when each surge began")
+    parser.add_argument("--trace", type=Path, metavar="PATH",
+                        help="instead of the suite's cases, a trace of bench/unseen_traffic.py's: as it is, at each "
+                             "--rate-scale and under each --surge")
+    parser.add_argument("--format", default="auto", choices=FORMATS)
+    parser.add_argument("--label", default="", help="the trace's cases' name (default: the file's)")
+    parser.add_argument("--rate-scale", action="append", default=[], type=positive, metavar="K")
+    parser.add_argument("--surge", action="append", default=[], type=parse_surge, metavar="FACTOR:MINUTES")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.draws < 2:
@@ -199,11 +227,7 @@ def main() -> None:
         parser.error(f"--cases: unknown case {sorted(unknown)[0]!r}; known: {', '.join(case[0] for case in CASES)}")
     config = SimConfig.for_profile(get_profile(DEFAULT_PROFILE), slo_ttft_s=1.0, warmup_s=600.0)
     rows = []
-    for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
-        if wanted and label not in wanted:
-            continue
-        workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed + args.seed_offset, prompts)
-        ramp_s = float(surge_spec.split(":")[1]) * 60.0 if surge_spec else None
+    for label, workload, start_share, ramp_s in cases_of(args, wanted, config):
         row = draw_case(label, workload, start_share, ramp_s, config, overrides, args)
         rows.append(row)
         if args.json:

@@ -32,6 +32,7 @@ from scaling.sim.loaders import FORMATS, TraceFormatError, load_trace  # noqa: E
 from scaling.sim.policies.base import LATENCY_WINDOW_S  # noqa: E402
 from scaling.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile  # noqa: E402
 from scaling.sim.transforms import rate_scale, surge  # noqa: E402
+from scaling.sim.workload import Workload  # noqa: E402
 
 
 def parse_surge(text: str) -> tuple[float, float]:
@@ -68,6 +69,27 @@ def non_negative(text: str) -> float:
     return value
 
 
+def trace_cases(trace: Workload, label: str, scales: list[float], surges: list[tuple[float, float]],
+                seed: int) -> list[tuple[str, Workload, float | None]]:
+    """The trace as it is, at each rate scale and under each surge (a third of the way in, as the suite's):
+    (name, workload, the surge's ramp in seconds or None)."""
+    cases: list[tuple[str, Workload, float | None]] = [(label, trace, None)]
+    cases += [(f"{label} x{k:g}", rate_scale(trace, k, seed=seed), None) for k in scales]
+    cases += [(f"{label} surge {f:g}:{m:g}", surge(trace, f, m, seed=seed), m * 60.0) for f, m in surges]
+    return cases
+
+
+def load_or_exit(path: Path, trace_format: str, warmup_s: float) -> Workload:
+    """The trace at `path`, or exit with a message naming what is wrong with it."""
+    try:
+        trace = load_trace(path, trace_format)
+    except TraceFormatError as error:
+        raise SystemExit(f"error: {error}") from None
+    if trace.span_s <= warmup_s:
+        raise SystemExit(f"error: the trace spans {trace.span_s:.0f} s, no more than the warm-up ({warmup_s:g} s)")
+    return trace
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--trace", type=Path, help="the trace to judge on (required; see above for where to get one)")
@@ -96,20 +118,12 @@ def main() -> None:
         print("unseen_traffic: no --trace given, nothing to judge (the docstring says which traces and where from)")
         return
     overrides = parse_overrides(args.pool)
-    try:
-        trace = load_trace(args.trace, args.format)
-    except TraceFormatError as error:
-        raise SystemExit(f"error: {error}") from None
-    if trace.span_s <= args.warmup_s:
-        raise SystemExit(f"error: the trace spans {trace.span_s:.0f} s, no more than the warm-up ({args.warmup_s:g} s)")
-    label = args.label or args.trace.stem
-    cases = [(label, trace)]
-    cases += [(f"{label} x{k:g}", rate_scale(trace, k, seed=args.seed)) for k in args.rate_scale]
-    cases += [(f"{label} surge {f:g}:{m:g}", surge(trace, f, m, seed=args.seed)) for f, m in args.surge]
+    trace = load_or_exit(args.trace, args.format, args.warmup_s)
+    cases = trace_cases(trace, args.label or args.trace.stem, args.rate_scale, args.surge, args.seed)
     config = SimConfig.for_profile(get_profile(args.profile), slo_ttft_s=args.slo_ttft_ms / 1000.0,
                                    warmup_s=args.warmup_s)
     rows = []
-    for name, workload in cases:
+    for name, workload, _ in cases:
         row = score_case(name, workload, config, overrides, args)
         rows.append(row)
         if args.json:

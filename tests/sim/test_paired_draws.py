@@ -8,6 +8,7 @@ import pytest
 
 from bench.headroom_suite import add_guardrail_argument
 from bench.paired_draws import HeldAtSurge, paired_difference, ready_at
+from bench.unseen_traffic import trace_cases
 from controlplane.config import ApprovalPolicy
 from scaling.sim.config import ColdStart, SimConfig
 from scaling.sim.profiles import DEFAULT_PROFILE, get_profile
@@ -80,3 +81,12 @@ def test_the_replays_approve_as_a_pools_default_policy_and_off_is_the_step_alone
     assert parser.parse_args([]).reactive_max_percent == ApprovalPolicy().reactive_max_percent == 100
     assert parser.parse_args(["--reactive-max-percent", "off"]).reactive_max_percent is None
     assert parser.parse_args(["--reactive-max-percent", "50"]).reactive_max_percent == 50
+
+
+def test_a_trace_of_unseen_traffic_gives_its_own_cases_with_their_surges_ramps():
+    trace = poisson_trace(rate_rps=2.0, duration_s=1800.0)
+    cases = trace_cases(trace, "t", scales=[4.0], surges=[(10.0, 5.0)], seed=0)
+    assert [(name, ramp) for name, _, ramp in cases] == [("t", None), ("t x4", None), ("t surge 10:5", 300.0)]
+    assert cases[0][1] is trace and len(cases[1][1].arrival_s) > 3 * len(trace.arrival_s)
+    assert_refused("bench/paired_draws.py", ((["--trace", "/nonexistent/trace.jsonl"], "no such file"),
+                                             (["--trace", "x", "--surge", "10"], "FACTOR:MINUTES")))
