@@ -220,6 +220,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.draws < 2:
         parser.error(f"--draws: at least 2 (an interval needs two draws), got {args.draws}")
+    if args.trace is None and (args.rate_scale or args.surge):
+        parser.error("--rate-scale and --surge reshape a --trace; the suite's cases have their own")
+    if args.trace is not None and args.cases:
+        parser.error("--cases picks among the suite's cases; with --trace the cases are the trace's")
     overrides = parse_overrides(args.pool)
     wanted = {label.strip() for label in args.cases.split(",") if label.strip()}
     unknown = wanted - {case[0] for case in CASES}

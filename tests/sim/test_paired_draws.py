@@ -89,4 +89,6 @@ def test_a_trace_of_unseen_traffic_gives_its_own_cases_with_their_surges_ramps()
     assert [(name, ramp) for name, _, ramp in cases] == [("t", None), ("t x4", None), ("t surge 10:5", 300.0)]
     assert cases[0][1] is trace and len(cases[1][1].arrival_s) > 3 * len(trace.arrival_s)
     assert_refused("bench/paired_draws.py", ((["--trace", "/nonexistent/trace.jsonl"], "no such file"),
-                                             (["--trace", "x", "--surge", "10"], "FACTOR:MINUTES")))
+                                             (["--trace", "x", "--surge", "10"], "FACTOR:MINUTES"),
+                                             (["--surge", "10:5"], "reshape a --trace"),
+                                             (["--trace", "x", "--cases", "code"], "the cases are the trace's")))
