@@ -170,10 +170,11 @@ def remind_due(now: datetime | None = None) -> list[int]:
 
 
 def due_notifications(now: datetime | None = None, limit: int = 500) -> list[int]:
-    """Pending notifications whose next attempt is due (the retry half of the outbox sweep)."""
+    """Pending notifications whose next attempt is due (the retry half of the outbox sweep), oldest first:
+    those made in one fan-out share their due time, and go out in the order their events happened."""
     now = now or timezone.now()
     due = Notification.objects.filter(state=NotificationState.PENDING, next_attempt_at__lte=now, channel__enabled=True)
-    return list(due.order_by("next_attempt_at").values_list("pk", flat=True)[:limit])
+    return list(due.order_by("next_attempt_at", "pk").values_list("pk", flat=True)[:limit])
 
 
 # --- delivering ---------------------------------------------------------------------------------
