@@ -50,6 +50,7 @@ from scaling.sim.policies import PolicyContext, build_policy  # noqa: E402
 from scaling.sim.policies.headroom import HeadroomPolicy, pool_plan_for  # noqa: E402
 from scaling.sim.profiles import DEFAULT_PROFILE, get_profile  # noqa: E402
 from scaling.sim.request_mode import run_request_mode  # noqa: E402
+from scaling.sim.transforms import SURGE_START_SHARE  # noqa: E402
 
 BASELINES = ("keda-queue", "hpa-util")
 BOOTSTRAP_RESAMPLES = 10_000
@@ -87,7 +88,7 @@ class HeldAtSurge:
 
 def surge_start_s(workload, start_share: float | None) -> float:
     """When a case's surge begins (`scaling.sim.transforms.surge`: a third of the way in by default)."""
-    return workload.span_s / 3 if start_share is None else workload.span_s * start_share
+    return workload.span_s * (SURGE_START_SHARE if start_share is None else start_share)
 
 
 def ready_at(result, at_s: float) -> int:

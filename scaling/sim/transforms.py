@@ -92,11 +92,14 @@ def surge_multiplier(factor: float, minutes: float, start_s: float) -> Multiplie
     return multiplier
 
 
+SURGE_START_SHARE = 1 / 3  # where a surge starts by default: a third of the way in
+
+
 def surge(workload: Workload, factor: float, minutes: float, start_s: float | None = None, seed: int = 0) -> Workload:
     """A synthetic surge on top of the trace as its baseline; by default it starts a third of the way in."""
     if factor <= 0 or minutes <= 0:
         raise ValueError(f"surge needs a positive factor and duration, got {factor}:{minutes}")
-    start = workload.span_s / 3 if start_s is None else start_s
+    start = workload.span_s * SURGE_START_SHARE if start_s is None else start_s
     return _reshape_rate(workload, surge_multiplier(factor, minutes, start), seed)
 
 
