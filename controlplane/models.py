@@ -165,8 +165,9 @@ class Pool(models.Model):
     # What the work share is read against (scaling/engine/signals.py, `work_share`): unset, that part is unknown.
     batch_slots = models.PositiveIntegerField(
         "batch slots", null=True, blank=True, validators=[MinValueValidator(1)],
-        help_text="Requests one replica runs at once: vLLM's --max-num-seqs. With the prefill throughput, what the "
-                  "busy share term reads the pool's work share against.",
+        help_text="Requests one replica runs at once: vLLM's --max-num-seqs. Empty: the value the Deployment's "
+                  "command line states, if it does. With the prefill throughput, what the busy share term reads the "
+                  "pool's work share against.",
     )
     prefill_tokens_per_s = models.FloatField(
         "prefill throughput (prompt tokens/s)", null=True, blank=True, validators=[MinValueValidator(0.001)],
@@ -248,11 +249,13 @@ class Pool(models.Model):
         except ValueError as exc:
             errors["planner_constants"] = str(exc)
         else:
-            # The busy share term reads the work share, known only against one of these: without both, the
+            # The busy share term reads the work share, known only against one of these: without any, the
             # setting would silently do nothing.
-            if overrides.get("busy_share_target", 0) > 0 and not (self.batch_slots or self.prefill_tokens_per_s):
+            if overrides.get("busy_share_target", 0) > 0 and not (
+                    self.batch_slots_in_use or self.prefill_tokens_per_s):
                 errors["planner_constants"] = (
-                    "busy_share_target needs the pool's batch slots or prefill throughput: the busy share term "
+                    "busy_share_target needs the pool's batch slots or prefill throughput (or a Deployment whose "
+                    "command line states --max-num-seqs, which the last read did not find): the busy share term "
                     "reads the work share against them")
         if self._deployment_claimed():
             errors["deployment"] = (
@@ -274,6 +277,13 @@ class Pool(models.Model):
     @property
     def approval(self) -> config.ApprovalPolicy:
         return config.parse_approval_policy(self.approval_policy)
+
+    @property
+    def batch_slots_in_use(self) -> int | None:
+        """The batch slots the work share is read against: the pool's own, else the --max-num-seqs its
+        Deployment's command line stated at the last read (None: neither, or no read yet)."""
+        status = getattr(self, "status", None)  # scaling.PoolStatus: absent until the loop first reads the cluster
+        return self.batch_slots or (status.batch_slots if status is not None else None)
 
     @property
     def planner_overrides(self) -> dict[str, float]:

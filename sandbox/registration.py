@@ -101,8 +101,8 @@ def register(sandbox: Sandbox, team_slug: str = TEAM_SLUG) -> str:
                     "cold_start_p95_s": round(max(cold_p50, cold_p95) / speed, 1),
                     # Latency is in model seconds, so a wall second carries `speed` times the requests.
                     "replica_capacity_rps": replica_capacity_rps(spec.profile) * speed,
-                    # What the work share is read against: the replicas' --max-num-seqs and prefill throughput.
-                    "batch_slots": spec.profile.max_num_seqs,
+                    # What the work share is read against: the prefill throughput; the batch slots are the
+                    # Deployment's --max-num-seqs, which the control loop reads off its command line.
                     "prefill_tokens_per_s": spec.profile.prefill_tokens_per_s * speed,
                     "scaling_target": ScalingTarget.DEPLOYMENT,
                     "route_name": sandbox.cluster.route_name, "route_backend": spec.name,

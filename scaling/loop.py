@@ -111,13 +111,15 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
             errors[f"{pool}: kubernetes"] = str(exc) if isinstance(exc, DriverError) else f"{type(exc).__name__}: {exc}"
             signals[pool.pk] = replace(signals[pool.pk], **unknown)
             continue
-        services.record_status(pool, status.desired, status.ready, now)
+        services.record_status(pool, status.desired, status.ready, now, status.batch_slots)
         fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731 - read just now
         signals[pool.pk] = replace(
             signals[pool.pk], ready_replicas=fresh(status.ready), desired_replicas=fresh(status.desired),
             arriving_replicas=fresh(status.arriving),
         )
-        signals[pool.pk] = replace(signals[pool.pk], work_share=work_share(signals[pool.pk], pool.batch_slots,
+        # The slots the pool states, else the ones its Deployment's command line states.
+        slots = pool.batch_slots or status.batch_slots
+        signals[pool.pk] = replace(signals[pool.pk], work_share=work_share(signals[pool.pk], slots,
                                                                            pool.prefill_tokens_per_s))
     return signals, errors
 

@@ -140,6 +140,9 @@ class PoolStatus(models.Model):
     pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="status", primary_key=True)
     desired_replicas = models.PositiveIntegerField()
     ready_replicas = models.PositiveIntegerField()
+    # The Deployment's --max-num-seqs as its pod template stated it at that read (null: it did not).
+    batch_slots = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The --max-num-seqs the Deployment's vLLM container stated at the last read.")
     observed_at = models.DateTimeField()
 
     @property

@@ -555,7 +555,7 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
     except Exception as exc:  # noqa: BLE001 - recorded; the next tick looks again
         Proposal.objects.filter(pk=proposal.pk).update(last_error=f"reading readiness: {exc}")
         return proposal
-    record_status(proposal.pool, status.desired, status.ready, now)
+    record_status(proposal.pool, status.desired, status.ready, now, status.batch_slots)
     auto = core.Actor(None, Channel.AUTO)
     with transaction.atomic():
         locked = _locked(proposal.pk)
@@ -637,9 +637,10 @@ def advance(now: datetime | None = None) -> dict[str, int]:
     return counts
 
 
-def record_status(pool: Pool, desired: int, ready: int, now: datetime) -> None:
+def record_status(pool: Pool, desired: int, ready: int, now: datetime, batch_slots: int | None = None) -> None:
     PoolStatus.objects.update_or_create(
-        pool=pool, defaults={"desired_replicas": desired, "ready_replicas": ready, "observed_at": now}
+        pool=pool, defaults={"desired_replicas": desired, "ready_replicas": ready, "batch_slots": batch_slots,
+                             "observed_at": now}
     )
 
 

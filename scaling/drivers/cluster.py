@@ -1,9 +1,14 @@
 """The ClusterDriver port: read a pool's replicas and change them. Backends live beside it."""
 from __future__ import annotations
 
+import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
+
+# vLLM's flag for the requests one replica runs at once; its parser takes the underscore spelling too.
+MAX_NUM_SEQS_FLAGS = ("--max-num-seqs", "--max_num_seqs")
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,9 @@ class ReplicaStatus:
     desired: int  # what the cluster is asked to run (spec.replicas)
     ready: int  # Ready pods: model loaded, serving
     updated_at_resource_version: str = ""
+    # The serving container's --max-num-seqs where the pod template's command line states it (None: it does
+    # not, and vLLM's default depends on the GPU): the batch slots the work share is read against.
+    batch_slots: int | None = None
 
     @property
     def arriving(self) -> int:
@@ -66,6 +74,30 @@ class ScalePremise:
                         f"writing {self.target} would remove {live - self.target}")
             return None
         return f"decided against {self.decided_from} replicas, but it runs {live} now"
+
+
+def stated_max_num_seqs(command_lines: Iterable[Sequence[str]]) -> int | None:
+    """The `--max-num-seqs` the first container that states one runs with; None where none does.
+
+    Each command line is a container's command followed by its args. An element with spaces is a shell
+    line (`sh -c "vllm serve m --max-num-seqs 64"`) and is split as the shell would. Within a line the
+    last value wins, as in vLLM's own parser; a value that is not a whole number of at least 1 states
+    nothing (vLLM would refuse to start on it)."""
+    for line in command_lines:
+        tokens: list[str] = []
+        for element in line:
+            try:
+                tokens += shlex.split(element) if any(c.isspace() for c in element) else [element]
+            except ValueError:  # an unbalanced quote: read it word by word
+                tokens += element.split()
+        stated: str | None = None
+        for i, token in enumerate(tokens):
+            flag, equals, value = token.partition("=")
+            if flag in MAX_NUM_SEQS_FLAGS:
+                stated = value if equals else (tokens[i + 1] if i + 1 < len(tokens) else None)
+        if stated is not None:
+            return int(stated) if stated.isdigit() and int(stated) >= 1 else None
+    return None
 
 
 class DriverError(Exception):

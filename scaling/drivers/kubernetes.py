@@ -22,7 +22,8 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
 from controlplane import netguard
-from scaling.drivers.cluster import DriverError, PremiseChanged, ReplicaStatus, ScaleOutcome, ScalePremise, Workload
+from scaling.drivers.cluster import (
+    DriverError, PremiseChanged, ReplicaStatus, ScaleOutcome, ScalePremise, Workload, stated_max_num_seqs)
 
 MAX_CONFLICT_RETRIES = 5
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
@@ -76,6 +77,13 @@ def added_pods_ready_at(pods: list[client.V1Pod], since: datetime, count: int) -
     if any(at is None for at in ready_times):
         return None
     return max(ready_times)  # type: ignore[type-var]
+
+
+def _command_lines(deployment: client.V1Deployment) -> list[list[str]]:
+    """Each container of the pod template: its command, then its args."""
+    template = deployment.spec.template if deployment.spec else None
+    containers = (template.spec.containers or []) if template and template.spec else []
+    return [[*(c.command or []), *(c.args or [])] for c in containers]
 
 
 def _driver_error(action: str, exc: Exception) -> DriverError:
@@ -152,6 +160,7 @@ class KubernetesDriver:
             desired=deployment.spec.replicas or 0,
             ready=(deployment.status.ready_replicas or 0) if deployment.status else 0,
             updated_at_resource_version=deployment.metadata.resource_version or "",
+            batch_slots=stated_max_num_seqs(_command_lines(deployment)),
         )
 
     def endpoints(self, workload: Workload) -> dict[str, bool]:

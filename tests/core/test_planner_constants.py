@@ -4,9 +4,11 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from controlplane.models import Pool
 from scaling.engine.constants import default
+from scaling.services import record_status
 
 from .conftest import token_client
 
@@ -111,7 +113,8 @@ def test_what_the_work_share_is_read_against_is_validated_by_the_api(bob: User, 
 
 
 def test_the_busy_share_term_cannot_be_turned_on_with_nothing_to_read(bob: User, pool: Pool) -> None:
-    """Without batch slots or a prefill throughput the work share is never known: say so, store nothing."""
+    """Without batch slots, a prefill throughput or a --max-num-seqs on the Deployment the work share is never
+    known: say so, store nothing."""
     client = token_client(bob)
     response = client.patch(f"/api/v1/pools/{pool.pk}/", {"planner_constants": {"busy_share_target": 0.3}}, format="json")
     assert response.status_code == 400 and "batch slots or prefill throughput" in str(response.data["planner_constants"])
@@ -121,8 +124,14 @@ def test_the_busy_share_term_cannot_be_turned_on_with_nothing_to_read(bob: User,
     response = client.patch(f"/api/v1/pools/{pool.pk}/", {"planner_constants": {"busy_share_target": 0.3},
                                                         "batch_slots": 256}, format="json")
     assert response.status_code == 200, response.data
-    # ...and the field it reads against cannot be cleared under it.
+    # ...and the field it reads against cannot be cleared under it...
     response = client.patch(f"/api/v1/pools/{pool.pk}/", {"batch_slots": None}, format="json")
     assert response.status_code == 400 and "planner_constants" in response.data
     pool.refresh_from_db()
     assert pool.batch_slots == 256
+    # ...unless the Deployment's command line states --max-num-seqs, as the loop read it last.
+    record_status(pool, 2, 2, timezone.now(), batch_slots=64)
+    response = client.patch(f"/api/v1/pools/{pool.pk}/", {"batch_slots": None}, format="json")
+    assert response.status_code == 200, response.data
+    pool.refresh_from_db()
+    assert pool.batch_slots is None and pool.batch_slots_in_use == 64

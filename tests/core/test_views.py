@@ -40,10 +40,19 @@ def test_the_fleet_table_is_a_fragment_for_htmx(alice: User, pool: Pool) -> None
 
 
 def test_the_pool_page_says_what_the_work_share_is_read_against(alice: User, pool: Pool) -> None:
-    assert "no batch slots or prefill throughput set: the busy share term cannot act" in _login(alice).get(f"/pools/{pool.pk}/").content.decode()
+    from django.utils import timezone
+
+    from scaling import services as scaling
+
+    def page() -> str:
+        return _login(alice).get(f"/pools/{pool.pk}/").content.decode()
+
+    assert ("no batch slots or prefill throughput set, and the Deployment states no --max-num-seqs: "
+            "the busy share term cannot act") in page()
+    scaling.record_status(pool, 2, 2, timezone.now(), batch_slots=64)  # the loop read its pod template
+    assert "read against 64 batch slots (the Deployment's --max-num-seqs) a replica" in page()
     Pool.objects.filter(pk=pool.pk).update(batch_slots=256, prefill_tokens_per_s=12000.0)
-    body = _login(alice).get(f"/pools/{pool.pk}/").content.decode()
-    assert "read against 256 batch slots and 12000 prompt tokens/s a replica" in body
+    assert "read against 256 batch slots and 12000 prompt tokens/s a replica" in page()  # the pool's own wins
 
 
 def test_the_pool_page_hides_other_teams_pools(charlie: User, pool: Pool) -> None:

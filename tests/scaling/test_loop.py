@@ -14,6 +14,7 @@ from scaling import loop
 from scaling.choices import ProposalState
 from scaling.models import PlannerMemory, Proposal, SignalSample
 
+from sandbox.replica import wait_until
 from tests.isolation import closed_port
 
 
@@ -220,3 +221,37 @@ def test_with_no_fallback_open_the_gateways_spill_over_is_demand_and_a_missing_r
     later = now.replace(minute=41)
     loop.tick_pool(primary, own, later)
     assert SignalSample.objects.get(pool=pool, at=later).fallback_answered_share is None
+
+
+def test_a_pool_without_batch_slots_reads_its_work_share_against_the_deployments_max_num_seqs(
+        kube_pool: Pool, settings, monkeypatch) -> None:  # noqa: ANN001
+    """The emulated Deployment runs vLLM with --max-num-seqs 2 and the pool states no batch slots: the loop reads
+    the slots off the pod template, so the busy share term acts without anyone typing them in. A number the
+    pool states wins, and the page says which it reads."""
+    from datetime import datetime, timezone as tz
+
+    from scaling.drivers.signals import SignalRead
+    from scaling.engine.signals import PoolSignals, Reading
+
+    class OneRunningRequest:  # Prometheus's answer: one request in the batch (the real source: test_loop_prometheus)
+        def read(self, selectors):  # noqa: ANN001, ANN202
+            return SignalRead({s.name: PoolSignals(pool=s.name, running_requests=Reading(1.0, 0.0)) for s in selectors})
+
+    monkeypatch.setattr(loop, "_signal_source", lambda cluster: OneRunningRequest())
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=tz.utc)
+    assert kube_pool.batch_slots is None and kube_pool.batch_slots_in_use is None  # never read yet
+
+    def read() -> dict:  # noqa: ANN202
+        signals, errors = loop.read_cluster(kube_pool.cluster, [kube_pool], now)
+        assert errors == {}
+        return signals
+
+    assert wait_until(lambda: read()[kube_pool.pk].ready_replicas.value == 1, 10)  # its replica has loaded
+    signals = read()
+    assert signals[kube_pool.pk].work_share.value == 0.5  # 1 running of 1 ready replica x 2 slots
+    kube_pool = Pool.objects.get(pk=kube_pool.pk)
+    assert kube_pool.status.batch_slots == 2 and kube_pool.batch_slots_in_use == 2
+
+    kube_pool.batch_slots = 8
+    assert read()[kube_pool.pk].work_share.value == 0.125  # the pool's own number wins
+    assert kube_pool.batch_slots_in_use == 8
