@@ -39,9 +39,11 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         assert proposal.kind == "reactive" and proposal.decided_channel == "auto"
         assert any(reason["code"] == "ReactiveQueueDepth" for reason in proposal.reasons)
         assert proposal.signals["queue_depth"] > 0
-        # The work share, from vLLM's running requests over the batch slots registered (the replicas'
-        # --max-num-seqs, 2) and the prompt tokens at the tick: requests wait, so the batch
-        # is full, or nearly (a replica the cluster calls ready that Prometheus has not scraped yet counts empty).
+        # The work share, from vLLM's running requests over the batch slots (the sandbox registers none: the
+        # loop read the Deployment's --max-num-seqs, 2) and the prompt tokens at the tick: requests wait, so the
+        # batch is full, or nearly (a replica the cluster calls ready that Prometheus has not scraped yet counts
+        # empty).
+        assert pool.batch_slots is None and Pool.objects.get(pk=pool.pk).batch_slots_in_use == 2
         assert proposal.signals["work_share"] is not None and proposal.signals["work_share"] > 0.5
         assert proposal.state in (ProposalState.EXECUTING, ProposalState.SUCCEEDED), proposal.last_error
         status = KubernetesDriver(sandbox.cluster.url).status(workload_of(pool))

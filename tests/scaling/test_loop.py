@@ -255,3 +255,31 @@ def test_a_pool_without_batch_slots_reads_its_work_share_against_the_deployments
     kube_pool.batch_slots = 8
     assert read()[kube_pool.pk].work_share.value == 0.125  # the pool's own number wins
     assert kube_pool.batch_slots_in_use == 8
+
+
+def test_when_another_team_edits_the_deployments_max_num_seqs_the_next_read_follows_it(
+        kube_pool: Pool, kube, settings) -> None:  # noqa: ANN001
+    """The slots are read every tick, never remembered past the next read: a changed command line is read as
+    changed, and one that stops stating the flag leaves the pool with nothing to read the batch fill against."""
+    from datetime import datetime, timezone as tz
+
+    from kubernetes import client
+
+    settings.PROMETHEUS_ENABLED = False
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=tz.utc)
+    apps = client.AppsV1Api(client.ApiClient(client.Configuration(host=kube.url)))
+
+    def edit_args(args: list[str]) -> None:
+        body = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
+        apps.patch_namespaced_deployment("vllm-chat-8b", "inference", body)
+
+    def slots_read() -> int | None:
+        _, errors = loop.read_cluster(kube_pool.cluster, [kube_pool], now)
+        assert errors == {}
+        return Pool.objects.get(pk=kube_pool.pk).batch_slots_in_use
+
+    assert slots_read() == 2
+    edit_args(["--model", "tiny", "--max-num-seqs=48"])
+    assert slots_read() == 48
+    edit_args(["--model", "tiny"])
+    assert slots_read() is None
