@@ -123,14 +123,18 @@ class PoolSerializer(ScopedModelSerializer):
     team = TeamSlugField()
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     slos = SLOSerializer(many=True, read_only=True)
+    batch_slots_in_use = serializers.IntegerField(
+        read_only=True, allow_null=True,
+        help_text="What the work share's batch fill is read against: batch_slots, else the --max-num-seqs the "
+                  "Deployment's command line stated at the last read (null: neither).")
 
     class Meta:
         model = Pool
         fields = [
             "id", "name", "cluster", "cluster_name", "team", "namespace", "deployment", "model_name",
             "gpu_type", "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
-            "target_queue_per_replica", "replica_capacity_rps", "batch_slots", "prefill_tokens_per_s", "cold_start_p50_s", "cold_start_p95_s", "scaling_target",
-            "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "planner_constants", "slos",
+            "target_queue_per_replica", "replica_capacity_rps", "batch_slots", "batch_slots_in_use", "prefill_tokens_per_s", "cold_start_p50_s", "cold_start_p95_s",
+            "scaling_target", "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "planner_constants", "slos",
         ]
 
     def get_validators(self):  # noqa: ANN201

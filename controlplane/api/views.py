@@ -125,7 +125,7 @@ class PoolFilter(ApiFilterSet):
 
 
 class PoolViewSet(TeamScopedViewSet):
-    queryset = Pool.objects.select_related("cluster", "team").prefetch_related("slos")
+    queryset = Pool.objects.select_related("cluster", "team", "status").prefetch_related("slos")
     serializer_class = serializers.PoolSerializer
     filterset_class = PoolFilter
 

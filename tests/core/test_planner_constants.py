@@ -133,5 +133,6 @@ def test_the_busy_share_term_cannot_be_turned_on_with_nothing_to_read(bob: User,
     record_status(pool, 2, 2, timezone.now(), batch_slots=64)
     response = client.patch(f"/api/v1/pools/{pool.pk}/", {"batch_slots": None}, format="json")
     assert response.status_code == 200, response.data
+    assert response.data["batch_slots"] is None and response.data["batch_slots_in_use"] == 64  # what it reads
     pool.refresh_from_db()
     assert pool.batch_slots is None and pool.batch_slots_in_use == 64
