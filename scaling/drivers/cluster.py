@@ -9,6 +9,7 @@ from typing import Protocol
 
 # vLLM's flag for the requests one replica runs at once; its parser takes the underscore spelling too.
 MAX_NUM_SEQS_FLAGS = ("--max-num-seqs", "--max_num_seqs")
+MAX_PLAUSIBLE_BATCH_SLOTS = 1_000_000  # more sequences than any replica batches: a typo, never a count
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def stated_max_num_seqs(command_lines: Iterable[Sequence[str]]) -> int | None:
     Each command line is a container's command followed by its args. An element with spaces is a shell
     line (`sh -c "vllm serve m --max-num-seqs 64"`) and is split as the shell would. Within a line the
     last value wins, as in vLLM's own parser; a value that is not a whole number of at least 1 states
-    nothing (vLLM would refuse to start on it)."""
+    nothing (vLLM would refuse to start on it), and neither does one past any replica's batch."""
     for line in command_lines:
         tokens: list[str] = []
         for element in line:
@@ -96,7 +97,7 @@ def stated_max_num_seqs(command_lines: Iterable[Sequence[str]]) -> int | None:
             if flag in MAX_NUM_SEQS_FLAGS:
                 stated = value if equals else (tokens[i + 1] if i + 1 < len(tokens) else None)
         if stated is not None:
-            return int(stated) if stated.isdigit() and int(stated) >= 1 else None
+            return int(stated) if stated.isdigit() and 1 <= int(stated) <= MAX_PLAUSIBLE_BATCH_SLOTS else None
     return None
 
 

@@ -29,6 +29,7 @@ def test_the_stated_value_is_read_as_vllm_would(lines: list[list[str]], slots: i
     [["--max-num-seqs", "many"]],
     [["--max-num-seqs", "0"]],
     [["--max-num-seqs", "-4"]],
+    [["--max-num-seqs", "99999999999"]],  # past any batch (and past what the status table stores)
     [["--max-num-seqs=", "--port", "8000"]],
     [["--model", "m", "--max-num-seqs"]],  # no value after it
 ])
