@@ -176,6 +176,11 @@ class Director:
                                                    sizes_pct=REPORT_SIZES_PCT, peak_basis="day-peak",
                                                    rate_scale=1.0 / self.speed)
             self.state.report_id = report.pk
+            if not self.state.incidents:
+                # The alert rules hold for a scenario minute: when the first tick sees the onset, the fallback and
+                # the new replicas can bring TTFT back within their limits before then.
+                self.tell(f"the surge passed without an incident: no alert rule on {self.primary} held for its "
+                          "scenario minute (the fallback and the new replicas caught it in time)")
             self.tell(f"calm again: warm-pool report #{report.pk} requested for {self.primary} (the last "
                       f"{REPORT_DAYS * 24:g} h replayed at each warm-pool size; /pools/{pool.pk}/reports/)")
         if self.state.report_id is not None and not self.state.report_told:

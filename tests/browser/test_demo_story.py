@@ -167,16 +167,19 @@ def test_the_demo_tells_the_readme_story(demo: Demo, browser_page: Page, screens
     expect(fallback).to_contain_text(re.compile(r"\d+ % of the route|the last one \(#\d+\) was"))
     page.screenshot(path=str(screenshots / "story-pool-surge.png"), full_page=True)
 
-    # 3. The incident the surge opened, with its timeline: the alert, the scale-up and the fallback.
-    incident = demo.wait_for(r"incident #(\d+) \((P0|P1)\) opened: ")
-    page.goto(demo.url + f"/incidents/{incident[1]}/")
-    view = page.locator("#incident-live")
-    expect(view.locator(".sev")).to_have_text(incident[2])
-    timeline = view.locator("ol.timeline")
-    expect(timeline).to_contain_text(re.compile(r"Incident opened \(P[01]\) by alert #\d+"))
-    expect(timeline).to_contain_text(f"Proposal #{scale_up[2]}")
-    expect(timeline).to_contain_text(re.compile(r"Fallback #\d+ to vllm-llama-3-2-1b-l4-fallback: entered"))
-    page.screenshot(path=str(screenshots / "story-incident.png"), full_page=True)
+    # 3. The incident the surge opened, with its timeline: the alert, the scale-up and the fallback. Whether a rule
+    # holds through the surge depends on when the first tick sees its onset (a tick a second after it brings the
+    # fallback and the new replicas in time, one 15 s later does not); the story says which it was.
+    incident = demo.wait_for(r"incident #(\d+) \((P0|P1)\) opened: |the surge passed without an incident: ")
+    if incident[1] is not None:
+        page.goto(demo.url + f"/incidents/{incident[1]}/")
+        view = page.locator("#incident-live")
+        expect(view.locator(".sev")).to_have_text(incident[2])
+        timeline = view.locator("ol.timeline")
+        expect(timeline).to_contain_text(re.compile(r"Incident opened \(P[01]\) by alert #\d+"))
+        expect(timeline).to_contain_text(f"Proposal #{scale_up[2]}")
+        expect(timeline).to_contain_text(re.compile(r"Fallback #\d+ to vllm-llama-3-2-1b-l4-fallback: entered"))
+        page.screenshot(path=str(screenshots / "story-incident.png"), full_page=True)
 
     # 4. Calm again: the warm-pool report requested for the surged pool, and its advice.
     requested = demo.wait_for(r"calm again: warm-pool report #(\d+) requested")

@@ -58,3 +58,32 @@ def test_a_pre_scale_is_told_as_waiting_in_the_inbox_and_a_stuck_scale_up_as_wai
     assert any(f"pre-scale proposal #{prescale.pk} (1 → 6) waits in the inbox" in line and "4.4x" in line
                for line in said)
     assert any(f"scale-up #{stuck.pk} 4 → 9 (waits for a person in the inbox)" in line for line in said)
+
+
+@pytest.mark.parametrize("incident", [True, False], ids=["an incident opened", "none opened"])
+def test_when_calm_returns_the_story_says_whether_the_surge_opened_an_incident(
+        story_pool: Pool, monkeypatch: pytest.MonkeyPatch, incident: bool) -> None:
+    """Whether an alert rule holds through the surge depends on when the first tick sees its onset: the story
+    tells either outcome, once, before the report."""
+    import time
+
+    from incidents.models import Incident
+    from sandbox.story import REPORT_AT_S
+    from scaling import report_service
+    from scaling.models import WarmPoolReport
+
+    def requested(pool: Pool, *args, **kwargs) -> WarmPoolReport:  # noqa: ANN002, ANN003 - the replay is not the point
+        return WarmPoolReport.objects.create(pool=pool, days=0.25, requested_channel=Channel.AUTO)
+
+    monkeypatch.setattr(report_service, "request_report", requested)
+    said: list[str] = []
+    director = Director(story_pool.name, "chat-1b-fallback", speed=4.0, say=said.append,
+                        started=time.time() - REPORT_AT_S / 4.0 - 1.0)  # calm again
+    if incident:
+        Incident.objects.create(pool=story_pool, team=story_pool.team, cluster=story_pool.cluster, severity="P0",
+                                title="Time to first token p99 above 5 s", opened_at=timezone.now())
+    director.step()
+    quiet = [line for line in said if "without an incident" in line]
+    assert len([line for line in said if "calm again: warm-pool report #" in line]) == 1
+    assert len([line for line in said if "opened:" in line]) == (1 if incident else 0)
+    assert len(quiet) == (0 if incident else 1)
