@@ -72,8 +72,8 @@ def test_when_calm_returns_the_story_says_whether_the_surge_opened_an_incident(
     from scaling import report_service
     from scaling.models import WarmPoolReport
 
-    def requested(pool: Pool, *args, **kwargs) -> WarmPoolReport:  # noqa: ANN002, ANN003 - the replay is not the point
-        return WarmPoolReport.objects.create(pool=pool, days=0.25, requested_channel=Channel.AUTO)
+    def requested(for_pool: Pool, *args, **kwargs) -> WarmPoolReport:  # noqa: ANN002, ANN003 - the replay is not the point
+        return WarmPoolReport.objects.create(pool=for_pool, days=0.25, requested_channel=Channel.AUTO)
 
     monkeypatch.setattr(report_service, "request_report", requested)
     said: list[str] = []
