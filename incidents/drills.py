@@ -255,7 +255,7 @@ def run_drill(playbook: Playbook, scenario_name: str, *, responder: AbstractBase
             time.sleep(max(0.0, started + number * TICK_S / speed - time.monotonic()))
             t, now = number * TICK_S, timezone.now()
             status = driver.status(workload_of(pool))
-            scaling.record_status(pool, status.desired, status.ready, now, status.batch_slots)
+            scaling.record_status(pool, status, now)
             rate = scenario.rate_at(t)
             dead = min(scenario.dead_replicas, status.ready) if t >= scenario.surge_at_s else 0
             signals = fluid.step(rate, status.ready, dead, TICK_S)

@@ -111,7 +111,7 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
             errors[f"{pool}: kubernetes"] = str(exc) if isinstance(exc, DriverError) else f"{type(exc).__name__}: {exc}"
             signals[pool.pk] = replace(signals[pool.pk], **unknown)
             continue
-        services.record_status(pool, status.desired, status.ready, now, status.batch_slots)
+        services.record_status(pool, status, now)
         fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731 - read just now
         signals[pool.pk] = replace(
             signals[pool.pk], ready_replicas=fresh(status.ready), desired_replicas=fresh(status.desired),

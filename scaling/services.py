@@ -25,7 +25,7 @@ from controlplane.config import ApprovalPolicy
 from controlplane.errors import ServiceError
 from controlplane.models import Pool
 from scaling.choices import ProposalKind, ProposalState, can_move, same_track
-from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ScalePremise
+from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ReplicaStatus, ScalePremise
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.engine.planner import WARM_FLOOR, PlannerState, PoolPlan, record_scale_event
 from scaling.models import ColdStart, PlannerMemory, PoolStatus, Proposal, ProposalEvent
@@ -555,7 +555,7 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
     except Exception as exc:  # noqa: BLE001 - recorded; the next tick looks again
         Proposal.objects.filter(pk=proposal.pk).update(last_error=f"reading readiness: {exc}")
         return proposal
-    record_status(proposal.pool, status.desired, status.ready, now, status.batch_slots)
+    record_status(proposal.pool, status, now)
     auto = core.Actor(None, Channel.AUTO)
     with transaction.atomic():
         locked = _locked(proposal.pk)
@@ -637,11 +637,11 @@ def advance(now: datetime | None = None) -> dict[str, int]:
     return counts
 
 
-def record_status(pool: Pool, desired: int, ready: int, now: datetime, batch_slots: int | None = None) -> None:
-    PoolStatus.objects.update_or_create(
-        pool=pool, defaults={"desired_replicas": desired, "ready_replicas": ready, "batch_slots": batch_slots,
-                             "observed_at": now}
-    )
+def record_status(pool: Pool, status: ReplicaStatus, now: datetime) -> None:
+    """Keep what a read of the cluster found: the replica counts and the --max-num-seqs its template states."""
+    PoolStatus.objects.update_or_create(pool=pool, defaults={
+        "desired_replicas": status.desired, "ready_replicas": status.ready, "batch_slots": status.batch_slots,
+        "observed_at": now})
 
 
 def _refresh_cold_start_stats(pool: Pool) -> None:

@@ -7,6 +7,7 @@ from django.test import Client
 from django.utils import timezone
 
 from controlplane.models import Pool
+from scaling.drivers.cluster import ReplicaStatus
 from scaling.engine.constants import default
 from scaling.services import record_status
 
@@ -130,7 +131,7 @@ def test_the_busy_share_term_cannot_be_turned_on_with_nothing_to_read(bob: User,
     pool.refresh_from_db()
     assert pool.batch_slots == 256
     # ...unless the Deployment's command line states --max-num-seqs, as the loop read it last.
-    record_status(pool, 2, 2, timezone.now(), batch_slots=64)
+    record_status(pool, ReplicaStatus(2, 2, batch_slots=64), timezone.now())
     response = client.patch(f"/api/v1/pools/{pool.pk}/", {"batch_slots": None}, format="json")
     assert response.status_code == 200, response.data
     assert response.data["batch_slots"] is None and response.data["batch_slots_in_use"] == 64  # what it reads

@@ -5,6 +5,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from controlplane.models import AuditEvent, Pool
+from scaling.drivers.cluster import ReplicaStatus
 
 
 def _login(user: User) -> Client:
@@ -49,7 +50,7 @@ def test_the_pool_page_says_what_the_work_share_is_read_against(alice: User, poo
 
     assert ("no batch slots or prefill throughput set, and the Deployment states no --max-num-seqs: "
             "the busy share term cannot act") in page()
-    scaling.record_status(pool, 2, 2, timezone.now(), batch_slots=64)  # the loop read its pod template
+    scaling.record_status(pool, ReplicaStatus(2, 2, batch_slots=64), timezone.now())  # the loop read its pod template
     assert "read against 64 batch slots (the Deployment's --max-num-seqs) a replica" in page()
     Pool.objects.filter(pk=pool.pk).update(batch_slots=256, prefill_tokens_per_s=12000.0)
     assert "read against 256 batch slots and 12000 prompt tokens/s a replica" in page()  # the pool's own wins

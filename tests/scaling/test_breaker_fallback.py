@@ -21,6 +21,7 @@ from sandbox.kube import resources as res
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from scaling import breakers, fallbacks, services
 from scaling.choices import BreakerScope, BreakerState, FallbackPhase
+from scaling.drivers.cluster import ReplicaStatus
 from scaling.engine.breakers import WindowCounts
 from scaling.models import CircuitBreaker, FallbackActivation, FallbackPolicy, PlannerMemory
 from scaling.sim.profiles import get_profile
@@ -66,7 +67,7 @@ def feed(policy: FallbackPolicy, now: datetime, percent: int, ttft_s: float = 0.
     """The loop's tick: the route's demand split by the fallback's share; three primary replicas ready."""
     primary, small = policy.pool, policy.pool.fallback_pool
     for pool, rate, ready in ((primary, DEMAND * (100 - percent) / 100, 3), (small, DEMAND * percent / 100, 2)):
-        services.record_status(pool, ready, ready, now)
+        services.record_status(pool, ReplicaStatus(ready, ready), now)
         PlannerMemory.objects.update_or_create(pool=pool, defaults={
             "last_signals": {"request_rate_rps": rate, "ttft_p95_s": ttft_s, "queue_time_p95_s": None},
             "last_decision": {"at": now.isoformat()}})

@@ -16,6 +16,7 @@ from controlplane.models import AuditEvent, Pool
 from sandbox.kube import resources as res
 from scaling import fallbacks, services, traffic
 from scaling.choices import FallbackPhase, ShiftPhase
+from scaling.drivers.cluster import ReplicaStatus
 from scaling.drivers.registry import route_router
 from scaling.models import FallbackActivation, FallbackPolicy, PlannerMemory
 
@@ -38,7 +39,7 @@ def feed(pools, now: datetime, primary_rps: float, ttft_s: float, fallback_rps: 
     """One loop tick's stored signals: each pool's rate and TTFT p95, and the replicas the cluster reports."""
     for pool, rate, latency in ((pools[0], primary_rps, ttft_s), (pools[1], fallback_rps, 0.1)):
         # The fallback pool's two ready replicas take up to 85 req/s: they never limit the share here.
-        services.record_status(pool, desired if pool == pools[0] else 2, ready if pool == pools[0] else 2, now)
+        services.record_status(pool, ReplicaStatus(desired, ready) if pool == pools[0] else ReplicaStatus(2, 2), now)
         PlannerMemory.objects.update_or_create(pool=pool, defaults={
             "last_signals": {"request_rate_rps": rate, "ttft_p95_s": latency, "queue_time_p95_s": None},
             "last_decision": {"at": now.isoformat()}})

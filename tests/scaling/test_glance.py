@@ -15,6 +15,7 @@ from controlplane.choices import Channel
 from controlplane.models import Pool
 from scaling import glance, services
 from scaling.choices import ProposalKind
+from scaling.drivers.cluster import ReplicaStatus
 from scaling.models import PlannerMemory, Proposal, SignalSample
 
 NOW = datetime(2026, 12, 1, 4, 56, tzinfo=tz.utc)
@@ -78,7 +79,7 @@ def test_the_fleet_and_pool_pages_show_now_at_a_glance(pool: Pool, alice: User) 
     Pool.objects.create(cluster=pool.cluster, team=pool.team, name="embed", namespace="inference",
                         deployment="vllm-embed", model_name="bge", gpu_type="L4", min_replicas=1, max_replicas=2)
     now = timezone.now()
-    services.record_status(pool, desired=8, ready=4, now=now)
+    services.record_status(pool, ReplicaStatus(desired=8, ready=4), now)
     PlannerMemory.objects.create(pool=pool, last_decision={"target_replicas": 8})
     SignalSample.objects.create(pool=pool, at=now - timedelta(minutes=6), ttft_p95_s=0.5, queue_depth=10,
                                 ready_replicas=4)
@@ -109,7 +110,7 @@ def test_the_fleet_fragment_holds_both_groups(alice: User, pool: Pool) -> None:
 def _read_pool(pool: Pool, name: str) -> Pool:
     extra = Pool.objects.create(cluster=pool.cluster, team=pool.team, name=name, namespace="inference",
                                 deployment=f"vllm-{name}", model_name=name, gpu_type="L4", max_replicas=2)
-    services.record_status(extra, desired=1, ready=1, now=timezone.now())
+    services.record_status(extra, ReplicaStatus(desired=1, ready=1), timezone.now())
     return extra
 
 
@@ -118,7 +119,7 @@ def test_the_fleet_page_costs_the_same_queries_whatever_its_pools(pool: Pool, al
     from django.test.utils import CaptureQueriesContext
 
     client = _login(alice)
-    services.record_status(pool, desired=2, ready=2, now=timezone.now())
+    services.record_status(pool, ReplicaStatus(desired=2, ready=2), timezone.now())
 
     def queries() -> list[str]:
         with CaptureQueriesContext(connection) as captured:
@@ -141,7 +142,7 @@ def test_the_fleet_is_paged_and_its_refresh_keeps_the_page(pool: Pool, alice: Us
     from controlplane import views
 
     monkeypatch.setattr(views, "FLEET_PAGE_SIZE", 2)
-    services.record_status(pool, desired=2, ready=2, now=timezone.now())
+    services.record_status(pool, ReplicaStatus(desired=2, ready=2), timezone.now())
     for name in ("embed", "rerank-2"):
         _read_pool(pool, name)
     client = _login(alice)

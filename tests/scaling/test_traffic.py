@@ -24,6 +24,7 @@ from sandbox.kube import resources as res
 from sandbox.kube.cluster import PoolSpec, SandboxCluster
 from scaling import loop, services, traffic
 from scaling.choices import ShiftPhase
+from scaling.drivers.cluster import ReplicaStatus
 from scaling.drivers.registry import cluster_driver, route_router, workload_of
 from scaling.engine.planner import Decision, PlannerState
 from scaling.models import PlannerMemory, Proposal, TrafficShift
@@ -93,7 +94,7 @@ def observe(kube: SandboxCluster, gateway: Gateway, pools: tuple[Pool, Pool], no
     for pool in pools:
         served = latencies[pool.deployment]
         status = driver.status(workload_of(pool))
-        services.record_status(pool, status.desired, status.ready, now)
+        services.record_status(pool, status, now)
         signals = {"request_rate_rps": len(served) / 15.0, "ttft_p95_s": None, "error_rate": None}
         if served:  # no request: no data, as an empty Prometheus answer
             p95 = statistics.quantiles(served, n=20, method="inclusive")[18] if len(served) > 1 else served[0]
@@ -290,7 +291,7 @@ def test_the_giving_pool_is_not_scaled_down_while_a_shift_moves_its_traffic(sand
     The loop must not read that as a drop in demand: a rollback brings the traffic back at once."""
     kube, gateway = sandbox
     giving = pools[0]
-    services.record_status(giving, 4, 4, timezone.now())
+    services.record_status(giving, ReplicaStatus(4, 4), timezone.now())
     lower = Decision(target_replicas=3, current_replicas=4, ready_replicas=4, arriving_replicas=0, terms=(),
                      binding="reactive", reasons=("request rate fell 20 %",), hold=False, signals_unknown_for_s=0.0,
                      staleness_alert=False, capacity_per_replica_rps=1.0, prescale=None, state=PlannerState())

@@ -9,6 +9,7 @@ from controlplane.choices import Channel
 from controlplane.models import Pool
 from scaling import services
 from scaling.choices import ProposalKind, ProposalState
+from scaling.drivers.cluster import ReplicaStatus
 from scaling.models import Proposal
 
 
@@ -56,7 +57,7 @@ def test_outsiders_see_nothing_and_cannot_decide(pool: Pool, alice: User, charli
 def test_the_pool_page_shows_replicas_and_decisions(pool: Pool, alice: User) -> None:
     from django.utils import timezone
 
-    services.record_status(pool, desired=4, ready=2, now=timezone.now())
+    services.record_status(pool, ReplicaStatus(desired=4, ready=2), timezone.now())
     _proposal(pool, alice)
     body = _login(alice).get(f"/pools/{pool.pk}/").content.decode()
     assert "<b>2</b> ready" in body and "<b>2</b> arriving" in body and "<b>4</b> desired" in body
