@@ -7,13 +7,16 @@ bound knows every arrival in advance; a causal policy knows the past only. This 
 the gap is the policy and how much is not knowing the future: on every case of `bench/headroom_suite.py`
 it replays a grid of causal configurations (every static size, keda-queue and hpa-util at every
 threshold of their tuning grids, headroom at several planning margins) and keeps, *per case and in
-hindsight*, the cheapest one whose attainment reaches headroom's own. No single causal policy can do
-better than that per-case choice on the same replays; where its geometric mean stays far above 1.35x,
-the target asks for knowledge of the future, not for a better policy.
+hindsight*, the cheapest one whose attainment reaches headroom's own, counting nothing past the
+objective: the clairvoyant is held to the objective, and so is every causal configuration (a headroom
+run at 0.9987 is matched by one at 0.99, as the suite's "below a baseline" counts). No single causal
+policy can do better than that per-case choice on the same replays; where its geometric mean stays far
+above 1.35x, the target asks for knowledge of the future, not for a better policy.
 
 Per case: headroom's attainment and GPU-hours, the clairvoyant's GPU-hours (at the objective, as the
-suite scores it), and the cheapest configuration at headroom's attainment (its name and GPU-hours).
-Then the geometric means over the clairvoyant of headroom and of the per-case frontier.
+suite scores it), and the cheapest configuration at headroom's attainment capped at the objective (its
+name and GPU-hours). Then the geometric means over the clairvoyant of headroom and of the per-case
+frontier.
 """
 from __future__ import annotations
 
@@ -59,14 +62,16 @@ def run_case(workload, config: SimConfig) -> dict[str, object]:
     bound = clairvoyant(context)[1]
     pool = pool_plan_for(config, workload)
     headroom = evaluate(HeadroomPolicy(pool, tick_s=config.tick_s or 15.0))
-    target = headroom.slo_attainment
+    # Nothing past the objective counts (the objective, or the best any pool size reaches where none meets it).
+    target = min(headroom.slo_attainment, context.attainment_target())
     tried = {name: evaluate(policy) for name, policy in configurations(config, pool)}
     size = context.smallest_static(target)
     tried[f"static {size}"] = evaluate(StaticPolicy(size))
     reaching = {name: r for name, r in tried.items() if r.slo_attainment >= target}
     best = min(reaching, key=lambda name: reaching[name].gpu_hours)
     return {
-        "headroom": {"slo_attainment": target, "gpu_hours": round(headroom.gpu_hours, 4)},
+        "headroom": {"slo_attainment": headroom.slo_attainment, "gpu_hours": round(headroom.gpu_hours, 4)},
+        "target": round(target, 4),
         "clairvoyant": {"slo_attainment": bound.slo_attainment, "gpu_hours": round(bound.gpu_hours, 4)},
         "frontier": {"configuration": best, "slo_attainment": reaching[best].slo_attainment,
                      "gpu_hours": round(reaching[best].gpu_hours, 4)},
@@ -91,7 +96,7 @@ def main() -> None:
     config = SimConfig.for_profile(get_profile(DEFAULT_PROFILE), warmup_s=600.0)
     rows = []
     if not args.json:
-        print("| case | headroom att. / GPU-h / × | cheapest causal at headroom's att. (hindsight) | GPU-h / × | clairvoyant GPU-h |")
+        print("| case | headroom att. / GPU-h / × | cheapest causal at headroom's att. up to the objective (hindsight) | GPU-h / × | clairvoyant GPU-h |")
         print("|---|---|---|---|---|")
     for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
         if wanted and label not in wanted:
