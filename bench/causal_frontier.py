@@ -1,6 +1,7 @@
 """How close a causal policy can come to the clairvoyant bound: each suite case's cheapest causal configuration, chosen in hindsight.
 
     .venv/bin/python bench/causal_frontier.py [--traces ../shared/traces] [--cases LABEL,...] [--json]
+    .venv/bin/python bench/causal_frontier.py --from-json bench/results/issue12_causal_frontier_capped_session22.jsonl
 
 Issue 12 asks for the suite's GPU-hours (geometric mean) at most 1.35x the clairvoyant bound's. The
 bound knows every arrival in advance; a causal policy knows the past only. This measures how much of
@@ -83,10 +84,51 @@ def geomean(rows: list[dict], key: str) -> float:
     return round(math.exp(sum(math.log(r[key]["gpu_hours"] / r["clairvoyant"]["gpu_hours"]) for r in rows) / len(rows)), 3)
 
 
+def single_configurations(rows: list[dict], objective: float) -> list[dict]:
+    """Each configuration of the grid run on every case, as a policy is deployed (not chosen per case):
+    its GPU-hours over the clairvoyant's (geometric mean), its mean shortfall below the objective and the
+    cases where it stays under headroom's attainment (up to the objective); cheapest first. Static pools
+    are sized per case, so they are not one configuration."""
+    names = [name for name in rows[0]["tried"] if not name.startswith("static")
+             and all(name in row["tried"] for row in rows)]
+    table = []
+    for name in names:
+        runs = [(row, row["tried"][name]) for row in rows]
+        table.append({
+            "configuration": name,
+            "geomean_over_clairvoyant": round(math.exp(sum(math.log(run["gpu_hours"] / row["clairvoyant"]["gpu_hours"])
+                                                           for row, run in runs) / len(runs)), 3),
+            "mean_shortfall": round(sum(max(0.0, objective - run["slo_attainment"]) for _, run in runs) / len(runs), 4),
+            "below_headroom": [row["case"] for row, run in runs if run["slo_attainment"] < row["target"] - 1e-9],
+        })
+    return sorted(table, key=lambda entry: entry["geomean_over_clairvoyant"])
+
+
+def print_row(row: dict) -> None:
+    bound = row["clairvoyant"]["gpu_hours"]
+    h, f = row["headroom"], row["frontier"]
+    print(f"| {row['case']} | {h['slo_attainment']:.4f} / {h['gpu_hours']:.2f} / {h['gpu_hours'] / bound:.2f} "
+          f"| {f['configuration']} ({f['slo_attainment']:.4f}) | {f['gpu_hours']:.2f} / {f['gpu_hours'] / bound:.2f} "
+          f"| {bound:.2f} |", flush=True)
+
+
+def saved_rows(path: str) -> list[dict]:
+    """The case rows of an earlier `--json` run (its summary line is left out)."""
+    try:
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.startswith('{"case"')]
+    except (OSError, ValueError) as error:
+        sys.exit(f"causal_frontier: cannot read {path}: {error}")
+    if not rows or any("target" not in row for row in rows):
+        sys.exit(f"causal_frontier: {path} holds no case rows of a run since session 22 (rows without 'target' "
+                 "did not cap the attainment at the objective): run the replays again")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", default=str(Path(__file__).resolve().parents[2] / "shared" / "traces"))
     parser.add_argument("--cases", default="", help="comma-separated case labels (default: all)")
+    parser.add_argument("--from-json", metavar="FILE", help="the tables of a saved --json run, without replaying")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     wanted = {label.strip() for label in args.cases.split(",") if label.strip()}
@@ -94,27 +136,37 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
     config = SimConfig.for_profile(get_profile(DEFAULT_PROFILE), warmup_s=600.0)
-    rows = []
+    saved = saved_rows(args.from_json) if args.from_json else None
     if not args.json:
         print("| case | headroom att. / GPU-h / × | cheapest causal at headroom's att. up to the objective (hindsight) | GPU-h / × | clairvoyant GPU-h |")
         print("|---|---|---|---|---|")
-    for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
-        if wanted and label not in wanted:
-            continue
-        workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed, prompts)
-        row = {"case": label, **run_case(workload, config)}
-        rows.append(row)
-        if args.json:
-            print(json.dumps(row), flush=True)
-            continue
-        bound = row["clairvoyant"]["gpu_hours"]
-        h, f = row["headroom"], row["frontier"]
-        print(f"| {label} | {h['slo_attainment']:.4f} / {h['gpu_hours']:.2f} / {h['gpu_hours'] / bound:.2f} "
-              f"| {f['configuration']} ({f['slo_attainment']:.4f}) | {f['gpu_hours']:.2f} / {f['gpu_hours'] / bound:.2f} "
-              f"| {bound:.2f} |", flush=True)
+    if saved is not None:
+        rows = [row for row in saved if not wanted or row["case"] in wanted]
+        if not args.json:
+            for row in rows:
+                print_row(row)
+    else:
+        rows = []
+        for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
+            if wanted and label not in wanted:
+                continue
+            workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed, prompts)
+            row = {"case": label, **run_case(workload, config)}
+            rows.append(row)
+            print(json.dumps(row), flush=True) if args.json else print_row(row)
+    singles = single_configurations(rows, config.slo_objective)
     summary = {"cases": len(rows), "headroom_geomean_over_clairvoyant": geomean(rows, "headroom"),
-               "frontier_geomean_over_clairvoyant": geomean(rows, "frontier")}
-    print(json.dumps(summary) if args.json else f"\n{summary}")
+               "frontier_geomean_over_clairvoyant": geomean(rows, "frontier"), "single_configurations": singles}
+    if args.json:
+        print(json.dumps(summary))
+        return
+    print(f"\nheadroom {summary['headroom_geomean_over_clairvoyant']}x the clairvoyant's GPU-hours, the per-case "
+          f"frontier {summary['frontier_geomean_over_clairvoyant']}x\n")
+    print("| one configuration on every case | GPU-h × clairvoyant | mean shortfall | cases under headroom's attainment |")
+    print("|---|---|---|---|")
+    for entry in singles:
+        print(f"| {entry['configuration']} | {entry['geomean_over_clairvoyant']:.3f} | {entry['mean_shortfall']:.4f} "
+              f"| {len(entry['below_headroom'])} |")
 
 
 if __name__ == "__main__":
