@@ -153,7 +153,9 @@ class Pool(models.Model):
     warm_pool_fraction = models.FloatField(
         default=0.4,
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
-        help_text="Share of the expected peak kept ready ahead of demand.",
+        help_text="Share of the expected peak of the next 30 minutes (the forecast) held as a floor. The forecast term "
+        "already plans for that forecast, so the floor rarely binds; to hold capacity through quiet hours, raise "
+        "min replicas (a warm-pool report's day-peak mode shows what that costs).",
     )
     target_queue_per_replica = models.FloatField(
         default=5.0, validators=[MinValueValidator(0.1)], help_text="Waiting requests per ready replica to aim for."

@@ -50,6 +50,7 @@ def test_the_pool_page_says_what_the_work_share_is_read_against(alice: User, poo
 
     assert ("no batch slots or prefill throughput set, and the Deployment states no --max-num-seqs: "
             "the busy share term cannot act") in page()
+    assert "40 % of the next 30 minutes' expected peak" in page()  # the warm floor's basis, not the day's
     scaling.record_status(pool, ReplicaStatus(2, 2, batch_slots=64), timezone.now())  # the loop read its pod template
     assert "read against 64 batch slots (the Deployment's --max-num-seqs) a replica" in page()
     Pool.objects.filter(pk=pool.pk).update(batch_slots=256, prefill_tokens_per_s=12000.0)
