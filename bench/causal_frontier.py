@@ -80,8 +80,14 @@ def run_case(workload, config: SimConfig) -> dict[str, object]:
     }
 
 
+def geomean_over_clairvoyant(runs: list[tuple[dict, dict]]) -> float:
+    """The geometric mean of each run's GPU-hours over its case's clairvoyant's: (case row, run) pairs."""
+    return round(math.exp(sum(math.log(run["gpu_hours"] / row["clairvoyant"]["gpu_hours"]) for row, run in runs)
+                          / len(runs)), 3)
+
+
 def geomean(rows: list[dict], key: str) -> float:
-    return round(math.exp(sum(math.log(r[key]["gpu_hours"] / r["clairvoyant"]["gpu_hours"]) for r in rows) / len(rows)), 3)
+    return geomean_over_clairvoyant([(row, row[key]) for row in rows])
 
 
 def single_configurations(rows: list[dict], objective: float) -> list[dict]:
@@ -96,8 +102,7 @@ def single_configurations(rows: list[dict], objective: float) -> list[dict]:
         runs = [(row, row["tried"][name]) for row in rows]
         table.append({
             "configuration": name,
-            "geomean_over_clairvoyant": round(math.exp(sum(math.log(run["gpu_hours"] / row["clairvoyant"]["gpu_hours"])
-                                                           for row, run in runs) / len(runs)), 3),
+            "geomean_over_clairvoyant": geomean_over_clairvoyant(runs),
             "mean_shortfall": round(sum(max(0.0, objective - run["slo_attainment"]) for _, run in runs) / len(runs), 4),
             "below_headroom": [row["case"] for row, run in runs if run["slo_attainment"] < row["target"] - 1e-9],
         })
@@ -153,7 +158,12 @@ def main() -> None:
             workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed, prompts)
             row = {"case": label, **run_case(workload, config)}
             rows.append(row)
-            print(json.dumps(row), flush=True) if args.json else print_row(row)
+            if args.json:
+                print(json.dumps(row), flush=True)
+            else:
+                print_row(row)
+    if not rows:
+        sys.exit(f"causal_frontier: {args.from_json} holds none of the cases asked for")
     singles = single_configurations(rows, config.slo_objective)
     summary = {"cases": len(rows), "headroom_geomean_over_clairvoyant": geomean(rows, "headroom"),
                "frontier_geomean_over_clairvoyant": geomean(rows, "frontier"), "single_configurations": singles}
