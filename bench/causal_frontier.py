@@ -1,6 +1,6 @@
 """How close a causal policy can come to the clairvoyant bound: each suite case's cheapest causal configuration, chosen in hindsight.
 
-    .venv/bin/python bench/causal_frontier.py [--traces ../shared/traces] [--cases LABEL,...] [--json]
+    .venv/bin/python bench/causal_frontier.py [--traces ../shared/traces] [--cases LABEL,...] [--seed-offset N] [--json]
     .venv/bin/python bench/causal_frontier.py --from-json bench/results/issue12_causal_frontier_capped_session22.jsonl
 
 Issue 12 asks for the suite's GPU-hours (geometric mean) at most 1.35x the clairvoyant bound's. The
@@ -133,6 +133,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", default=str(Path(__file__).resolve().parents[2] / "shared" / "traces"))
     parser.add_argument("--cases", default="", help="comma-separated case labels (default: all)")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="add to every case's seed: other copies and thinnings of the same traces (as the suite's)")
     parser.add_argument("--from-json", metavar="FILE", help="the tables of a saved --json run, without replaying")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -155,7 +157,8 @@ def main() -> None:
         for label, file_name, scale, surge_spec, start_share, seed, prompts in CASES:
             if wanted and label not in wanted:
                 continue
-            workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed, prompts)
+            workload = workload_for(Path(args.traces), file_name, scale, surge_spec, start_share, seed + args.seed_offset,
+                                    prompts)
             row = {"case": label, **run_case(workload, config)}
             rows.append(row)
             if args.json:
