@@ -8,9 +8,9 @@ Methods (all causal: a forecast made at step t uses data up to t only):
   week of history exists, daily before that. Without enough history they fall back to persistence.
 - `adaptive` (default): a Bates-Granger blend of persistence, mean and the two seasonal changes,
   each weighted by the inverse of its recent squared error (exponentially weighted, half-life
-  12 h); a candidate joins only while its recent error is no worse than persistence's, and before
-  anything is scored the candidates are averaged with equal weights. Every forecast is scored when
-  its actual arrives, so the weights move to whatever has been working.
+  12 h); a candidate joins only while its recent error is lower than persistence's. Every forecast
+  is scored when its actual arrives, so the weights move to whatever has been working; within the
+  first horizon, where nothing has arrived yet, each value scores the forecasts made half-way back.
 - `trend`: a damped Holt linear trend whose smoothing and damping constants are chosen at every
   origin, from a fixed grid, by the squared error of their own earlier forecasts for the same
   horizon (causal). Meant for short horizons (the planner's lead time); `adaptive` stays the default.
@@ -165,8 +165,11 @@ def _blend(now: np.ndarray, squared: np.ndarray, weight: np.ndarray) -> float:
         return float(available.mean()) if available.size else math.nan
     mse = np.where(usable, squared / np.maximum(weight, 1e-12), np.inf)
     if usable[0]:
-        # Persistence is the baseline: a candidate joins only while it has been at least as good.
-        usable &= mse <= mse[0]
+        # Persistence is the baseline: a candidate joins only while it has done better (a tie, such as
+        # the mean of one value against that value, has shown nothing).
+        joins = mse < mse[0]
+        joins[0] = True
+        usable &= joins
     inverse = 1.0 / np.maximum(mse[usable], 1e-12)
     return float(np.dot(inverse, now[usable]) / inverse.sum())
 
@@ -297,16 +300,29 @@ def selected_trend(values: np.ndarray, horizon: int, decay: float = 1.0) -> np.n
 BLEND = ("persistence", "mean", "_daily", "_weekly")
 
 
+def scored_origin(t: int, horizon: int) -> int | None:
+    """The origin whose candidates the value at step t scores in the blend.
+
+    Once a horizon has passed, the forecasts made a horizon ago. Before that none has reached its
+    target, so the blend scores the forecasts made half-way back (a shorter lag, where the mean and
+    persistence already differ) rather than average candidates nothing has tried: on a series of a
+    few hours the first horizon is a large share of it (docs/benchmarks.md, "Forecast").
+    """
+    if t >= horizon:
+        return t - horizon
+    return t // 2 if t >= 1 else None
+
+
 def _adaptive_expected(values: np.ndarray, candidates: dict[str, np.ndarray], horizon: int, decay: float) -> np.ndarray:
     stack = np.vstack([candidates[name] for name in BLEND])
     squared = np.zeros(len(BLEND))
     weight = np.zeros(len(BLEND))
     expected = np.full(len(values), np.nan)
     for t in range(len(values)):
-        origin = t - horizon
+        origin = scored_origin(t, horizon)
         squared *= decay
         weight *= decay
-        if origin >= 0 and np.isfinite(values[t]):
+        if origin is not None and np.isfinite(values[t]):
             made = stack[:, origin]
             scored = np.isfinite(made)
             squared[scored] += (made[scored] - values[t]) ** 2
@@ -464,8 +480,10 @@ class OnlineForecast:
             now = np.array([c[name] for name in BLEND])
             self.squared *= self.decay
             self.weight *= self.decay
-            if scoring and math.isfinite(y):
-                made = self.made[0]
+            origin = scored_origin(t, self.horizon)
+            # `made` holds the last `horizon` origins, the oldest first (all of them before it is full).
+            if origin is not None and len(self.made) == min(t, self.horizon) and math.isfinite(y):
+                made = self.made[origin - t + len(self.made)]
                 ok = np.isfinite(made)
                 self.squared[ok] += (made[ok] - y) ** 2
                 self.weight[ok] += 1.0

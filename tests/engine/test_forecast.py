@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scaling.engine.forecast import METHODS, Forecast, backtest, forecast, forecast_path, score_forecast
+from scaling.engine.forecast import (METHODS, Forecast, backtest, cut_days, forecast, forecast_path, score_forecast,
+                                     scored_origin)
 from scaling.engine.rate_series import SeriesError, from_values, read_series, resample
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,15 +183,34 @@ def test_a_worse_forecaster_fails_the_14_day_target(traces_dir: Path) -> None:
 
 def test_on_one_day_alone_it_stays_near_persistence_and_covers(traces_dir: Path) -> None:
     """One day alone has no season to learn. Regression bounds, as measured on the training days
-    (0-6): p90 coverage >= 0.90 every day, WAPE at most 3 % above persistence's on the worst day
-    (the issue asks for never above; docs/benchmarks.md, "Forecast", has the held-out days)."""
-    from scaling.engine.forecast import cut_days
-
+    (0-6): p90 coverage >= 0.90 every day, WAPE at most 2 % above persistence's on the worst day
+    (day 2, +1.9 %; the issue asks for never above)."""
     series = _servegen(traces_dir)
     for day in range(7):
         result = backtest(cut_days(series, day, day + 1), 1800, "adaptive")
         assert result.p90_coverage >= 0.90, day
-        assert result.wape_vs_persistence <= 0.03, day
+        assert result.wape_vs_persistence <= 0.02, day
+
+
+def test_on_the_held_out_days_alone_it_is_never_worse_than_persistence(traces_dir: Path) -> None:
+    """Issue 12 item 12 on days 7-13 each alone (nothing was chosen on them). Until session 23 the blend
+    averaged its untried candidates over the first horizon, which cost those days up to 0.45 %."""
+    series = _servegen(traces_dir)
+    for day in range(7, 14):
+        assert backtest(cut_days(series, day, day + 1), 1800, "adaptive").wape_vs_persistence <= 0.0, day
+
+
+def test_within_the_first_horizon_it_follows_what_has_worked_so_far() -> None:
+    """Nothing has reached its target yet, so each value scores the forecasts made half-way back: on a
+    steady climb that is persistence from the first step (the mean of one value ties with it and shows
+    nothing), on a rate that swings around its level it leans to the mean."""
+    assert [scored_origin(t, 3) for t in range(6)] == [None, 0, 1, 0, 1, 2]
+    climb = from_values(10.0 + np.arange(12.0), 600.0)
+    expected = forecast_path(climb, 1800, "adaptive").expected
+    assert np.array_equal(expected[:3], climb.rates_rps[:3])
+    swings = from_values(np.tile([15.0, 5.0], 30), 60.0)  # a 30-step horizon
+    early = forecast_path(swings, 1800, "adaptive").expected[2:30]
+    assert np.all(np.abs(early - 10.0) < 3.5)  # nearer the mean (about 10) than persistence (5 off)
 
 
 def test_the_backtest_scores_only_held_out_targets_and_cuts_days(traces_dir: Path) -> None:
