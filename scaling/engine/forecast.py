@@ -460,8 +460,8 @@ class OnlineForecast:
                 else math.nan}
 
     def _expected(self, y: float, t: int) -> float:
-        scoring = t >= self.horizon and len(self.made) == self.horizon
         if self.method == "trend":
+            scoring = t >= self.horizon and len(self.made) == self.horizon
             alpha, beta, phi = _TREND_ARRAYS
             if math.isfinite(y):
                 if self.level is None:
