@@ -38,6 +38,9 @@ class Proposal(models.Model):
     signals = models.JSONField(default=dict, blank=True, help_text="The signal snapshot that justified it.")
     evidence = models.JSONField(default=dict, blank=True, help_text="Forecast and capacity series for the chart.")
     idempotency_key = models.CharField(max_length=100)  # unique per pool (see Meta)
+    # What the change was decided for: the pool's cluster and scaled object then. Execution writes
+    # only to the same one (an admin may repoint the pool meanwhile). Empty on proposals made before.
+    workload = models.JSONField(default=dict, blank=True, help_text="{cluster, namespace, deployment, scaled_object}.")
     # An approved pre-scale holds its target as the planner's floor until the forecast window it was
     # decided for has passed, whether or not its execution already finished.
     floor_until = models.DateTimeField(null=True, blank=True)

@@ -115,6 +115,32 @@ def loop_idempotency_key(pool: Pool, kind: str, target: int, now: datetime) -> s
     return f"{LOOP_KEY_PREFIX}{pool.pk}:{kind}:{target}:{now:%Y%m%d%H%M}"
 
 
+def decided_workload(pool: Pool) -> dict[str, Any]:
+    """The pool's scaling target as a proposal records it: what its change is decided for."""
+    workload = workload_of(pool)
+    return {"cluster": pool.cluster_id, "namespace": workload.namespace, "deployment": workload.deployment,
+            "scaled_object": workload.scaled_object}
+
+
+def _target_text(workload: dict[str, Any]) -> str:
+    scaled = workload.get("scaled_object") or workload.get("deployment")
+    return f"{workload.get('namespace')}/{scaled} in cluster {workload.get('cluster')}"
+
+
+def pool_changed(proposal: Proposal) -> str:
+    """Why the pool is no longer what the proposal was decided for ('' when it is): an admin repointed
+    it at another scaled object, or its replica range no longer holds the target."""
+    pool = proposal.pool
+    now_scaling = decided_workload(pool)
+    if proposal.workload and proposal.workload != now_scaling:
+        return (f"the pool now scales {_target_text(now_scaling)}, not {_target_text(proposal.workload)} "
+                f"as when it was proposed")
+    if not pool.min_replicas <= proposal.target_replicas <= pool.max_replicas:
+        return (f"the pool's replicas are now bounded to {pool.min_replicas}-{pool.max_replicas}, "
+                f"which {proposal.target_replicas} is outside")
+    return ""
+
+
 def check_caller_key(key: str) -> None:
     """Callers choose their own keys, but not in the loop's space (they could pre-empt its proposals)."""
     if key.startswith(LOOP_KEY_PREFIX):
@@ -176,6 +202,7 @@ def propose(
             reasons=reasons, signals=signals or {}, evidence=evidence or {}, idempotency_key=key,
             requested_by=actor.user, requested_channel=actor.channel,
             expires_at=now + timedelta(minutes=policy.expiry_minutes), floor_until=floor_until,
+            workload=decided_workload(pool),
         )
         _event(proposal, "", actor)
         core.record(actor, "propose", proposal, team=pool.team)
@@ -330,9 +357,12 @@ def approve(proposal_id: int, actor: core.Actor, comment: str = "", now: datetim
         proposal = _locked(proposal_id)
         _check_may_decide(proposal, actor, now)
         expired = proposal.state == ProposalState.PENDING and proposal.expires_at <= now
+        changed = pool_changed(proposal) if proposal.state == ProposalState.PENDING and not expired else ""
         if expired:
             # Recorded (committed) before refusing, so the next reader sees it expired too.
             _transition(proposal, ProposalState.EXPIRED, core.Actor(None, Channel.AUTO), "expired before approval")
+        elif changed:
+            _transition(proposal, ProposalState.SUPERSEDED, core.Actor(None, Channel.AUTO), changed)
         elif proposal.state != ProposalState.PENDING:
             raise ProposalConflict(proposal, f"Proposal #{proposal.pk} is already {proposal.state}.")
         else:
@@ -343,6 +373,8 @@ def approve(proposal_id: int, actor: core.Actor, comment: str = "", now: datetim
             transaction.on_commit(lambda: _enqueue_execution(proposal.pk), robust=True)
     if expired:
         raise ProposalConflict(proposal, f"Proposal #{proposal.pk} expired at {proposal.expires_at:%H:%M:%S} UTC.")
+    if changed:
+        raise ProposalConflict(proposal, f"Proposal #{proposal.pk} no longer applies: {changed}.")
     return proposal
 
 
@@ -443,19 +475,54 @@ def claim_execution(proposal_id: int, now: datetime | None = None) -> Proposal |
             proposal.execution_started_at, proposal.lease_until = now, lease
             proposal.attempts += 1
             _transition(proposal, ProposalState.EXECUTING, auto, "execution started", attempt=proposal.attempts)
-            return proposal
-        resumable = (
-            proposal.state == ProposalState.EXECUTING
-            and proposal.applied_at is None
-            and (proposal.lease_until is None or proposal.lease_until <= now)
-        )
-        if resumable:
+        elif (proposal.state == ProposalState.EXECUTING and proposal.applied_at is None
+              and (proposal.lease_until is None or proposal.lease_until <= now)):
             proposal.lease_until = lease
             proposal.attempts += 1
             proposal.save(update_fields=["lease_until", "attempts"])
             _note(proposal, "resumed after the previous attempt stopped", attempt=proposal.attempts)
-            return proposal
+        else:
+            return None
+        if ended := _no_longer_writable(proposal):
+            state, reason = ended
+            proposal.finished_at, proposal.lease_until = now, None
+            proposal.last_error = f"{reason}; {_nothing_written(proposal)}"
+            _transition(proposal, state, auto, proposal.last_error)
+            return None
+    return proposal
+
+
+def _no_longer_writable(proposal: Proposal) -> tuple[str, str] | None:
+    """Why a claimed change must not be written, and the state it ends in (None: it may be written).
+
+    Between approval and a worker (or a retry after its backoff) the world may have moved: the
+    pool's team may no longer act in the cluster, the pool may have been edited, or a later
+    decision of the same track may have been approved. Writing then would act on a premise that
+    is gone, or undo the later decision.
+    """
+    pool = proposal.pool
+    if refusal := core.cluster_refusal(pool.cluster, pool.team):
+        return ProposalState.FAILED, f"refused: {refusal}"
+    if changed := pool_changed(proposal):
+        return ProposalState.STALE, f"stale: {changed}"
+    # A guardrail's share runs before the rest of its change (made and approved after it), not instead of it.
+    rest_key = proposal.idempotency_key.removesuffix(SHARE_KEY_SUFFIX)
+    later = Proposal.objects.filter(pool=pool, pk__gt=proposal.pk, state__in=APPROVED_STATES) \
+        .exclude(idempotency_key=rest_key).only("pk", "kind")
+    if newer := next((p for p in later if same_track(p.kind, proposal.kind)), None):
+        return ProposalState.STALE, f"stale: proposal #{newer.pk}, decided later, replaced it"
     return None
+
+
+def _nothing_written(proposal: Proposal) -> str:
+    """What a change that ends before its write left on the cluster. An earlier attempt whose answer
+    was lost may have landed (its intent is on record), so say so rather than 'nothing'."""
+    earlier = ProposalEvent.objects.filter(
+        proposal=proposal, from_state=ProposalState.EXECUTING, to_state=ProposalState.EXECUTING,
+        data__has_key="decided_from", data__attempt__lt=proposal.attempts).exists()
+    if earlier:
+        return "nothing written by this attempt (an earlier attempt's write may have landed: see its scale-intent)"
+    return "nothing written"
 
 
 def _record_intent(proposal: Proposal, now: datetime) -> None:
@@ -512,7 +579,7 @@ def _record_stale(proposal: Proposal, exc: PremiseChanged, now: datetime) -> Pro
         if locked.state != ProposalState.EXECUTING:
             return locked
         locked.finished_at, locked.lease_until = now, None
-        locked.last_error = f"stale: {exc}; nothing written"
+        locked.last_error = f"stale: {exc}; {_nothing_written(locked)}"
         _transition(locked, ProposalState.STALE, core.Actor(None, Channel.AUTO), locked.last_error,
                     decided_from=locked.current_replicas, target_replicas=locked.target_replicas, live=exc.live)
     return locked
@@ -552,9 +619,8 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
     now = now or timezone.now()
     try:
         status = driver.status(workload_of(proposal.pool))
-    except Exception as exc:  # noqa: BLE001 - recorded; the next tick looks again
-        Proposal.objects.filter(pk=proposal.pk).update(last_error=f"reading readiness: {exc}")
-        return proposal
+    except Exception as exc:  # noqa: BLE001 - recorded; the next tick looks again, until it is no use
+        return _unreadable(proposal, exc, now)
     record_status(proposal.pool, status, now)
     auto = core.Actor(None, Channel.AUTO)
     with transaction.atomic():
@@ -576,6 +642,28 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
             locked.finished_at = now
             locked.last_error = f"only {status.ready} of {locked.target_replicas} replicas ready after {settings.READY_TIMEOUT_S} s"
             _transition(locked, ProposalState.FAILED, auto, locked.last_error)
+    return locked
+
+
+def _unreadable(proposal: Proposal, exc: Exception, now: datetime) -> Proposal:
+    """A readiness read failed. A workload that is gone (404) or reads failing past the Ready timeout
+    fail the change: it would otherwise stay executing, and block the same target, for good."""
+    message = f"reading readiness: {exc}"
+    with transaction.atomic():
+        locked = _locked(proposal.pk)
+        if locked.state != ProposalState.EXECUTING or locked.applied_at is None:
+            return locked
+        gone = isinstance(exc, DriverError) and exc.status == 404
+        elapsed = (now - locked.applied_at).total_seconds()
+        timed_out = elapsed > settings.READY_TIMEOUT_S
+        locked.last_error = message
+        if not (gone or timed_out):
+            locked.save(update_fields=["last_error"])
+            return locked
+        locked.finished_at = now
+        if not gone:
+            locked.last_error = f"{message} ({elapsed:.0f} s after the write, past the Ready timeout of {settings.READY_TIMEOUT_S} s)"
+        _transition(locked, ProposalState.FAILED, core.Actor(None, Channel.AUTO), locked.last_error)
     return locked
 
 

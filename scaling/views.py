@@ -88,10 +88,19 @@ class ProposalIdsField(forms.TypedMultipleChoiceField):
         return str(value).isdigit() and 0 < int(str(value)) < 2**31
 
 
-class BulkDecisionForm(forms.Form):
+class CommentForm(forms.Form):
+    """A decision's comment (Django's CharField also refuses NUL characters, which PostgreSQL cannot store)."""
+
+    comment = forms.CharField(required=False, max_length=2000)
+
+
+def form_errors(form: forms.Form) -> str:
+    return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())
+
+
+class BulkDecisionForm(CommentForm):
     ids = ProposalIdsField(coerce=int, error_messages={"required": "Select at least one proposal."})
     verdict = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
-    comment = forms.CharField(required=False, max_length=2000)
 
     def clean_ids(self) -> list[int]:
         ids = self.cleaned_data["ids"]
@@ -106,8 +115,7 @@ def bulk_decide(request: HttpRequest) -> HttpResponse:
     """Approve or reject the ticked proposals; answers the pending list with each one's outcome."""
     form = BulkDecisionForm(request.POST)
     if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())
-        return render(request, "scaling/_pending.html", _pending_context(request) | {"error": errors}, status=400)
+        return render(request, "scaling/_pending.html", _pending_context(request) | {"error": form_errors(form)}, status=400)
     outcomes = services.decide_many(form.cleaned_data["ids"], form.cleaned_data["verdict"],
                                     core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
     return render(request, "scaling/_pending.html", _pending_context(request, outcomes))
@@ -186,10 +194,14 @@ def decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
     proposal = get_object_or_404(visible_proposals(request), pk=pk)
     decide_with = services.approve if verdict == "approve" else services.reject
     error, status = "", 200
-    try:
-        decide_with(proposal.pk, core.Actor.from_request(request, Channel.WEB), request.POST.get("comment", "")[:2000])
-    except services.ProposalError as exc:
-        error, status = str(exc), exc.status_code  # 403 not allowed, 409 already decided
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        error, status = form_errors(form), 400
+    else:
+        try:
+            decide_with(proposal.pk, core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
+        except services.ProposalError as exc:
+            error, status = str(exc), exc.status_code  # 403 not allowed, 409 already decided
     if request.htmx and request.htmx.target == DECISIONS_ID:
         context = decisions_context(request, proposal.pool) | {"error": error}
         return render(request, "scaling/_decisions.html", context, status=status)
@@ -209,10 +221,14 @@ def shift_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
     shifts = permissions.scoped(TrafficShift.objects.select_related("from_pool__team", "to_pool__team"), request.user)
     shift = get_object_or_404(shifts, pk=pk)
     error, status = "", 200
-    try:
-        SHIFT_ACTIONS[verb](shift.pk, core.Actor.from_request(request, Channel.WEB), request.POST.get("comment", "")[:2000])
-    except traffic.ShiftError as exc:
-        error, status = str(exc), exc.status_code  # 403 not allowed, 409 not in a phase that allows it
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        error, status = form_errors(form), 400
+    else:
+        try:
+            SHIFT_ACTIONS[verb](shift.pk, core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
+        except traffic.ShiftError as exc:
+            error, status = str(exc), exc.status_code  # 403 not allowed, 409 not in a phase that allows it
     return render(request, "scaling/_shift_card.html", {"shift": shifts.get(pk=pk), "error": error}, status=status)
 
 

@@ -239,19 +239,18 @@ class KubernetesDriver:
         conflicts = 0
         while True:
             try:
-                if premise is not None:
-                    # The premise is about the replicas the Deployment runs, which KEDA's HPA sets.
-                    running = self._apps.read_namespaced_deployment_scale(
-                        workload.deployment, workload.namespace, _request_timeout=self._timeout
-                    )
-                    _check(premise, running.spec.replicas or 0)
+                # The replicas the Deployment runs, which KEDA's HPA sets: what the premise is about, and
+                # what the change starts from (raising the floor from 1 to 5 under 3 running adds 2 pods).
+                running = self._apps.read_namespaced_deployment_scale(
+                    workload.deployment, workload.namespace, _request_timeout=self._timeout
+                ).spec.replicas or 0
+                _check(premise, running)
                 scaled = self._custom.get_namespaced_custom_object(
                     group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
                 )
                 spec = scaled.get("spec", {})
-                previous = int(spec.get("minReplicaCount", 0))
-                if previous == replicas:
-                    return ScaleOutcome(previous, replicas, wrote=False, conflicts=conflicts)
+                if int(spec.get("minReplicaCount", 0)) == replicas:
+                    return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
                 maximum = spec.get("maxReplicaCount")
                 if maximum is not None and replicas > int(maximum):
                     raise DriverError(
@@ -265,7 +264,7 @@ class KubernetesDriver:
                     group, version, workload.namespace, plural, workload.scaled_object, body,
                     _content_type=MERGE_PATCH, _request_timeout=self._timeout,
                 )
-                return ScaleOutcome(previous, replicas, wrote=True, conflicts=conflicts)
+                return ScaleOutcome(running, replicas, wrote=True, conflicts=conflicts)
             except ApiException as exc:
                 if exc.status == 409 and conflicts < MAX_CONFLICT_RETRIES:
                     conflicts += 1
