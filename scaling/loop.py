@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from controlplane import metrics
@@ -222,7 +222,9 @@ def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner
     """Occurrences of the pool's weekly windows from yesterday to tomorrow, in epoch seconds.
 
     The planner pre-scales one lead time (cold start + decision delay) before a window starts; a
-    window's own `lead_minutes` asks for more, so its start is moved earlier by the difference.
+    window's own `lead_minutes` asks for more, so its start is moved earlier by the difference. An
+    occurrence the planner acts on now carries the peak of the same window a week earlier (what its
+    factor applies to when there is no forecast).
     """
     windows = []
     for window in pool.schedules.all():
@@ -235,9 +237,18 @@ def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner
             start = datetime.combine(day, window.start, zone)
             end = datetime.combine(day + timedelta(days=1) if window.end <= window.start else day, window.end, zone)
             extra_lead_s = max(0.0, window.lead_minutes * 60 - plan.lead_s)
+            opens = start - timedelta(seconds=extra_lead_s + plan.lead_s)
+            last_peak = last_occurrence_peak(pool, start, end) if opens <= now < end else None
             windows.append(planner.ScheduleWindow(start.timestamp() - extra_lead_s, end.timestamp(),
-                                                  window.prescale_factor - 1.0))
+                                                  window.prescale_factor - 1.0, last_peak_rps=last_peak))
     return tuple(windows)
+
+
+def last_occurrence_peak(pool: Pool, start: datetime, end: datetime) -> float | None:
+    """The highest request rate sampled in the same window a week earlier (None: nothing sampled then)."""
+    week = timedelta(days=7)
+    return SignalSample.objects.filter(pool=pool, at__gte=start - week, at__lt=end - week) \
+        .aggregate(peak=Max("request_rate_rps"))["peak"]
 
 
 def approved_floor(pool: Pool, now: datetime) -> int:

@@ -271,7 +271,7 @@ def scale_down_settled(proposal: Proposal, now: datetime) -> str:
     decision = (memory.last_decision or {}) if memory else {}
     if decision.get("target_replicas") != proposal.target_replicas or not memory.state:
         return ""
-    window_s = PoolPlan.scale_down_window_s
+    window_s = proposal.pool.planner_overrides.get("scale_down_window_s", PoolPlan.scale_down_window_s)
     recommendations = PlannerState.from_dict(memory.state).recommendations
     oldest = min((at for at, _ in recommendations), default=None)
     if oldest is None or oldest > now.timestamp() - window_s + SETTLE_SLACK_S:
@@ -281,7 +281,7 @@ def scale_down_settled(proposal: Proposal, now: datetime) -> str:
     warm_floor = next((t.get("replicas") for t in decision.get("terms", []) if t.get("name") == WARM_FLOOR), None)
     if warm_floor is None or proposal.target_replicas < warm_floor:
         return ""
-    return (f"scale-down held through the {window_s / 60:.0f}-minute stabilization window and keeps the "
+    return (f"scale-down held through the {window_s / 60:g}-minute stabilization window and keeps the "
             f"warm floor of {warm_floor}")
 
 

@@ -68,6 +68,9 @@ class ScheduleWindow:
     end_s: float
     prescale_factor: float = 0.4  # +40 %
     expected_rps: float | None = None  # None: the input's expected peak
+    # The highest rate seen in the window's previous occurrence (the caller reads it from its history):
+    # what the factor applies to when there is no forecast, exactly when the fallback needs the schedule.
+    last_peak_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,7 @@ def _oldest_key_sample_age_s(signals: PoolSignals) -> float:
 
 
 TREND_STEP_S = 60.0  # the rate's growth is measured over a minute (`decide.rate_trend_rps`)
+BUSY_ONSET_WINDOW_S = 60.0  # the busy share's onset compares a tick with the minute before it
 
 
 def _replicas_for(rate_rps: float, capacity_rps: float) -> int:
@@ -473,8 +477,10 @@ def busy_share_term(inputs: PlanInput, pool: PoolPlan, state: PlannerState, curr
         return Term(REACTIVE_BUSY, None, numbers), state.busy_replicas
     share = min(max(float(busy.value), 0.0), 1.0)  # type: ignore[arg-type]
     now = inputs.now_s
-    # The minute the rate is read over (the latency window).
-    minute = tuple((at, work) for at, work in state.busy_replicas if 0 <= now - at < pool.latency_window_s)
+    # The minute before (or the rate window, where the cluster reads the rate over longer): a rate window
+    # of a tick or less would leave no "before", and no onset to see.
+    minute = tuple((at, work) for at, work in state.busy_replicas
+                   if 0 <= now - at < max(pool.latency_window_s, BUSY_ONSET_WINDOW_S))
     before = [work for _, work in minute]
     kept = minute + ((now, share * ready),)
     numbers.update(busy_share=share, ready_replicas=float(ready))
@@ -499,7 +505,12 @@ def rate_growth(rate_trend_rps: tuple[float, ...], pool: PoolPlan) -> float:
     before, lately = rate_trend_rps
     if not (math.isfinite(before) and math.isfinite(lately)) or before <= 0 or lately <= before:
         return 1.0
-    return min(pool.rate_trend_cap, (lately / before) ** (pool.lead_s / TREND_STEP_S))
+    exponent = pool.lead_s / TREND_STEP_S
+    # Capped in logs first: an idle minute's residue (1e-18 rps) raised to a long lead time's power is
+    # past a float's range.
+    if exponent * math.log(lately / before) >= math.log(pool.rate_trend_cap):
+        return pool.rate_trend_cap
+    return (lately / before) ** exponent
 
 
 def predictive_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float, ready: int | None) -> Term:
@@ -528,31 +539,35 @@ def expected_peak_rps(inputs: PlanInput) -> float | None:
     return max(p.expected_rps for p in points) if points else None
 
 
+def _a_rate(value: float | None) -> float | None:
+    """A rate, or None: NaN, infinite or negative is no rate (never a crash, never 0)."""
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
 def scheduled_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
     """A known window's factor applied to its expected rate: the window's own, else the forecast's
-    expected peak, else (no forecast: exactly when the fallback needs the schedule) the recent peak."""
-    now, peak = inputs.now_s, expected_peak_rps(inputs)
-    recent = inputs.recent_peak_rps
-    from_recent = peak is None and recent is not None and math.isfinite(recent)
-    if from_recent:
-        peak = recent
+    expected peak, else (no forecast: exactly when the fallback needs the schedule) the peak of the
+    window's previous occurrence, else the recent peak."""
+    now, forecast_peak, recent = inputs.now_s, expected_peak_rps(inputs), _a_rate(inputs.recent_peak_rps)
     active = [w for w in inputs.windows if w.start_s - pool.lead_s <= now < w.end_s]
-    best: tuple[int, ScheduleWindow, float] | None = None
+    best: tuple[int, ScheduleWindow, float, str] | None = None
     for window in active:
-        own = window.expected_rps
-        # A window's own rate that is NaN, infinite or negative is no rate (never a crash, never 0).
-        rate = own if own is not None and math.isfinite(own) and own >= 0 else peak
+        rate, source = next(((r, name) for r, name in ((_a_rate(window.expected_rps), "window"),
+                                                       (forecast_peak, "forecast"),
+                                                       (_a_rate(window.last_peak_rps), "last_occurrence"),
+                                                       (recent, "recent_peak")) if r is not None), (None, ""))
         if rate is None:
             continue
         replicas = _replicas_for(rate * (1 + window.prescale_factor), capacity_rps)
         if best is None or replicas > best[0]:
-            best = (replicas, window, rate)
+            best = (replicas, window, rate, source)
     if best is None:
         return Term(SCHEDULED, None, {"active_windows": float(len(active))})
-    replicas, window, rate = best
+    replicas, window, rate, source = best
     return Term(SCHEDULED, replicas, {"window_start_s": window.start_s, "window_end_s": window.end_s,
                                       "expected_rps": rate, "prescale_factor": window.prescale_factor,
-                                      "from_recent_peak": float(from_recent and window.expected_rps is None)})
+                                      "from_last_occurrence": float(source == "last_occurrence"),
+                                      "from_recent_peak": float(source == "recent_peak")})
 
 
 def warm_floor_term(inputs: PlanInput, pool: PoolPlan, capacity_rps: float) -> Term:
@@ -663,10 +678,41 @@ def record_scale_event(state: PlannerState, at_s: float, change: int) -> Planner
 # ---------------------------------------------------------------------------- the planner
 
 
+def _as_of(state: PlannerState, now: float, pool: PoolPlan) -> PlannerState:
+    """The state with nothing dated after `now` and its correction within the pool's bounds.
+
+    A clock stepped back, or a worker whose clock runs ahead stamping a scale event, would otherwise
+    leave future times that block scale-ups (events still "in the period") and silence the staleness
+    alert (signals "known" in the future), for as long as the step. A correction learned under bounds
+    an override has since narrowed would size the pool past them until it learned again.
+    """
+    def stamped(pairs: tuple[tuple[float, Any], ...]) -> tuple[tuple[float, Any], ...]:
+        return tuple((min(at, now), value) for at, value in pairs)
+
+    changes: dict[str, Any] = {}
+    times = [state.last_known_at_s, state.last_prescale_at_s, state.ready_since[1] if state.ready_since else None,
+             *(at for at, _ in state.recommendations), *(at for at, _ in state.scale_events),
+             *(r.at_s for r in state.hpa.recommendations), *(e.at_s for e in state.hpa.scale_up_events),
+             *(e.at_s for e in state.hpa.scale_down_events)]
+    if any(at is not None and at > now for at in times):
+        hpa = state.hpa
+        changes.update(
+            last_known_at_s=min(state.last_known_at_s, now) if state.last_known_at_s is not None else None,
+            last_prescale_at_s=min(state.last_prescale_at_s, now) if state.last_prescale_at_s is not None else None,
+            ready_since=(state.ready_since[0], min(state.ready_since[1], now)) if state.ready_since else None,
+            recommendations=stamped(state.recommendations), scale_events=stamped(state.scale_events),
+            hpa=replace(hpa, recommendations=tuple(replace(r, at_s=min(r.at_s, now)) for r in hpa.recommendations),
+                        scale_up_events=tuple(replace(e, at_s=min(e.at_s, now)) for e in hpa.scale_up_events),
+                        scale_down_events=tuple(replace(e, at_s=min(e.at_s, now)) for e in hpa.scale_down_events)))
+    if not pool.correction_min <= state.capacity_correction <= pool.correction_max:
+        changes["capacity_correction"] = min(max(state.capacity_correction, pool.correction_min), pool.correction_max)
+    return replace(state, **changes) if changes else state
+
+
 def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -> Decision:
     """Decide the pool's target replicas with its reasons; returns the new state inside the Decision."""
-    state = state or PlannerState()
     now, signals = inputs.now_s, inputs.signals
+    state = _as_of(state or PlannerState(), now, pool)
     ready, desired = replica_count(signals.ready_replicas), replica_count(signals.desired_replicas)
     arriving = len(inputs.arriving_ready_in_s)
     # Only the cluster says what it runs: ready replicas seen by Prometheus plus nothing is not
@@ -718,13 +764,15 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
                         tuple(reasons + ([STALENESS_ALERT] if staleness_alert else [])), True, unknown_for,
                         staleness_alert, capacity_rps, None, replace(state, **changes))
 
+    # Each reactive signal still read keeps its say; while the other is unknown the hold below keeps
+    # it from scaling down (as the HPA scales up on the metrics it can still read).
+    reactive_rate = request_rate_term(inputs, pool, capacity_rps) if ready is not None else Term(REACTIVE_RATE, None, {})
     if queue_usable:
         reactive, changes["hpa"] = reactive_term(inputs, pool, state, current, ready, capacity_rps)
-        reactive_rate = request_rate_term(inputs, pool, capacity_rps)
         if not key_known:
             reasons.append(RATE_UNKNOWN)
     else:
-        reactive, reactive_rate = Term(REACTIVE, None, {}), Term(REACTIVE_RATE, None, {})
+        reactive = Term(REACTIVE, None, {})
         reasons.append(QUEUE_UNKNOWN)
     if predictive.replicas is None:
         reasons.append(FORECAST_UNKNOWN)
@@ -742,9 +790,9 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
         reasons.append(SIGNALS_UNKNOWN)
         if unknown_for >= pool.hold_after_unknown_s:
             # Fall back to the schedule and the last good target; the forecast and the floor were
-            # built on the same missing data, so they do not count here. A queue still read keeps
-            # its say: it can only add replicas while the hold stands.
-            terms = [t for t in terms if t.name in (SCHEDULED, HELD, REACTIVE)]
+            # built on the same missing data, so they do not count here. A queue or a rate still
+            # read keeps its say: it can only add replicas while the hold stands.
+            terms = [t for t in terms if t.name in (SCHEDULED, HELD, REACTIVE, REACTIVE_RATE)]
             if state.last_good_target is not None:
                 terms.append(Term(LAST_GOOD, state.last_good_target, {"last_good_target": float(state.last_good_target)}))
             reasons.append(SIGNALS_FALLBACK)

@@ -857,3 +857,94 @@ def test_under_a_fallback_the_correction_learns_from_the_rate_the_pool_carried_n
         sig = signals(ready=10, rate=90.0, ttft_p95=p.expected_latency_s(POOL, 0.3))
         misread = plan(inputs(sig, lead=None, now=NOW + 15 * tick), POOL, misread).state
     assert misread.capacity_correction > 1.1  # what the loop learned before it passed the carried rate
+
+
+# ---------------------------------------------------------------------------- a reviewer's scenarios
+
+
+@pytest.mark.parametrize("before", [3.5e-18, 1e-300])
+def test_a_surge_out_of_an_idle_minute_on_a_slow_pool_is_planned_not_a_crash(before):
+    # An idle pool's rate query leaves a float residue (three terms that cancel); a surge a minute later,
+    # raised to the power of a 20-minute cold start, is past a float's range: the growth is capped instead.
+    pool = dataclasses.replace(POOL, cold_start_p95_s=1200.0)
+    decision = plan(dataclasses.replace(inputs(signals(ready=4, rate=300.0), lead=None), rate_trend_rps=(before, 300.0)),
+                    pool, good_state(target=4))
+    assert p.rate_growth((before, 300.0), pool) == pool.rate_trend_cap
+    assert decision.term(p.REACTIVE_RATE).numbers["rate_growth"] == pool.rate_trend_cap
+    assert decision.target_replicas == 8  # +100 % a tick toward 300 x 2.25 / 10
+
+
+@pytest.mark.parametrize(
+    ("case", "window", "lead", "recent_peak", "replicas", "source"),
+    [
+        ("its own expected rate first", ScheduleWindow(NOW - 100, NOW + 3600, 0.4, 100.0, last_peak_rps=200.0),
+         (50.0, 60.0), 80.0, 14, None),
+        ("then the forecast's peak", ScheduleWindow(NOW - 100, NOW + 3600, 0.4, last_peak_rps=200.0),
+         (50.0, 60.0), 80.0, 7, None),
+        # Signals lost for 45 minutes: no forecast (history stopped) and no recent peak (its 30 minutes are empty).
+        ("no forecast: the same window a week ago", ScheduleWindow(NOW - 100, NOW + 3600, 0.4, last_peak_rps=200.0),
+         None, None, 28, "from_last_occurrence"),
+        ("then the recent peak", ScheduleWindow(NOW - 100, NOW + 3600, 0.4), None, 80.0, 12, "from_recent_peak"),
+        ("a week-old peak that is no rate is skipped", ScheduleWindow(NOW - 100, NOW + 3600, 0.4, last_peak_rps=math.nan),
+         None, 80.0, 12, "from_recent_peak"),
+    ],
+)
+def test_a_scheduled_windows_rate_comes_from_the_best_source_there_is(case, window, lead, recent_peak, replicas, source):
+    decision = plan(inputs(windows=(window,), lead=lead, recent_peak=recent_peak), POOL, good_state())
+    term = decision.term(p.SCHEDULED)
+    assert term.replicas == replicas, case
+    assert {name for name in ("from_last_occurrence", "from_recent_peak") if term.numbers[name]} == \
+        ({source} if source else set()), case
+
+
+def test_a_window_still_pre_scales_after_a_long_outage():
+    # Prometheus went down 45 minutes ago, before the 09:00 window: the fallback has the schedule, sized
+    # on that window's peak a week ago, not the pool's last good target alone.
+    window = ScheduleWindow(NOW + 60, NOW + 3600, 0.4, last_peak_rps=200.0)
+    state = good_state(target=6, known_at=NOW - 2700)
+    decision = plan(inputs(signals(ready=6, queue=None, rate=None), lead=None, windows=(window,)), POOL, state)
+    assert p.SIGNALS_FALLBACK in decision.reasons and decision.reasons[0] == p.SCHEDULED
+    assert decision.term(p.SCHEDULED).replicas == 28 and decision.target_replicas == 12  # +100 % a tick
+
+
+def test_a_clock_stepped_back_neither_freezes_scale_ups_nor_silences_the_staleness_alert():
+    # A worker whose clock ran 10 minutes ahead recorded a +4 scale event; the ticking worker's clock is right.
+    ahead = p.record_scale_event(good_state(target=8), NOW + 600, 4)
+    surge = inputs(signals(ready=8, rate=300.0, queue=400.0), lead=None)
+    first = plan(surge, POOL, ahead)
+    assert first.target_replicas == 8  # the +4 counts as made now: 4 + 4 is this period's limit
+    # A period later the limit is the current count's again (it stayed in force for the 10 minutes before).
+    assert plan(dataclasses.replace(surge, now_s=NOW + 15), POOL, first.state).target_replicas == 16
+    # Signals last known "in the future", then lost: the alert runs from now, and fires 90 s later.
+    known_later = dataclasses.replace(good_state(target=4), last_known_at_s=NOW + 300)
+    lost = plan(inputs(signals(ready=4, queue=None, rate=None), lead=None), POOL, known_later)
+    assert lost.signals_unknown_for_s == 0.0 and lost.state.last_known_at_s == NOW
+    later = plan(inputs(signals(ready=4, queue=None, rate=None), lead=None, now=NOW + 90), POOL, lost.state)
+    assert later.staleness_alert
+
+
+def test_a_known_rate_still_adds_replicas_while_the_queue_is_unknown():
+    # vLLM's queue series stopped (a scrape target down) while the gateway's rate is read: 150 req/s on 5
+    # replicas. The HPA scales up on the metrics it can still read; the hold keeps it from scaling down.
+    state = good_state(target=5, known_at=NOW - 120)
+    surge = plan(inputs(signals(ready=5, queue=None, rate=150.0), lead=None), POOL, state)
+    assert p.SIGNALS_FALLBACK in surge.reasons and surge.reasons[0] == p.REACTIVE_RATE
+    assert surge.target_replicas == 10  # toward 15, +100 % a tick
+    quiet = plan(inputs(signals(ready=5, queue=None, rate=5.0), lead=None), POOL, state)
+    assert quiet.target_replicas == 5  # the rate says 1; unknown load never scales down
+
+
+def test_the_busy_share_onset_is_seen_where_the_cluster_reads_rates_over_15_s():
+    pool = dataclasses.replace(POOL, busy_share_target=0.3, latency_window_s=15.0)
+    state = minute_of_work(1.2, (45.0, 30.0, 15.0))
+    sig = dataclasses.replace(signals(ready=4, desired=4), work_share=fresh(0.8))  # 3.2 busy against 1.2: an onset
+    assert plan(inputs(sig, lead=None), pool, state).term(p.REACTIVE_BUSY).replicas == 11
+
+
+def test_a_correction_outside_the_pools_bounds_now_is_brought_within_them():
+    # Learned 2.4 under an override of correction_max 3; the override is gone (1.0): sized on 1.0 at once.
+    pool = dataclasses.replace(POOL, correction_max=1.0)
+    state = dataclasses.replace(good_state(target=8), capacity_correction=2.4)
+    decision = plan(inputs(signals(ready=8, rate=200.0), lead=None), pool, state)
+    assert decision.capacity_per_replica_rps == pytest.approx(10.0)
+    assert decision.term(p.REACTIVE_RATE).replicas == 20 and decision.state.capacity_correction == 1.0

@@ -175,6 +175,19 @@ def test_the_planners_settled_scale_downs_are_approved_by_policy(
         assert "stabilization window" in proposal.decision_comment and "warm floor of 2" in proposal.decision_comment
 
 
+@pytest.mark.parametrize(("window_s", "covered_s", "minutes"), [(120.0, 100.0, "2"), (0.0, 0.0, "0"), (600.0, 590.0, "10")])
+def test_a_settled_scale_down_is_judged_on_the_pools_own_stabilization_window(
+        pool: Pool, window_s: float, covered_s: float, minutes: str) -> None:
+    # The planner keeps recommendations over the pool's window only: judged on the default 5 minutes, a
+    # shorter window never looked settled, and every scale-down waited for a person.
+    Pool.objects.filter(pk=pool.pk).update(planner_constants={"scale_down_window_s": window_s})
+    pool = Pool.objects.select_related("cluster", "team").get(pk=pool.pk)
+    _planner_saw(pool, target=4, warm_floor=2, window_covered_s=covered_s, highest=4)
+    proposal = services.propose(pool, 4, ProposalKind.REACTIVE, PLANNER, current=6)
+    assert proposal.state == ProposalState.APPROVED
+    assert f"held through the {minutes}-minute stabilization window" in proposal.decision_comment
+
+
 def test_a_persons_scale_down_still_needs_a_decision(pool: Pool, alice: User) -> None:
     _planner_saw(pool, target=4, warm_floor=2, window_covered_s=290.0, highest=4)
     proposal = services.propose(pool, 4, ProposalKind.MANUAL, _api(alice), current=6)

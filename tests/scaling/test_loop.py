@@ -283,3 +283,22 @@ def test_when_another_team_edits_the_deployments_max_num_seqs_the_next_read_foll
     assert slots_read() == 48
     edit_args(["--model", "tiny"])
     assert slots_read() is None
+
+
+def test_a_window_the_planner_acts_on_carries_its_peak_of_a_week_ago(pool: Pool) -> None:
+    # Monday 09:00-10:00 UTC; now Monday 08:59. Last Monday's window peaked at 200 req/s (samples just
+    # outside it, and other days, do not count); the window of tomorrow is not acted on, so not read.
+    from datetime import datetime, timedelta, timezone as tz
+
+    from controlplane.models import ScheduleWindow
+
+    now = datetime(2026, 11, 30, 8, 59, tzinfo=tz.utc)
+    ScheduleWindow.objects.create(pool=pool, name="morning", weekday=0, start="09:00", end="10:00")
+    ScheduleWindow.objects.create(pool=pool, name="tuesday", weekday=1, start="09:00", end="10:00")
+    week_ago = now - timedelta(days=7)
+    for minutes, rate in ((0, 90.0), (30, 200.0), (62, 500.0), (24 * 60, 700.0)):
+        SignalSample.objects.create(pool=pool, at=week_ago + timedelta(minutes=minutes + 1), request_rate_rps=rate)
+    plan = loop.pool_plan(pool)
+    monday, tuesday = sorted(loop.schedule_windows(pool, plan, now), key=lambda w: w.start_s)
+    assert monday.end_s == datetime(2026, 11, 30, 10, 0, tzinfo=tz.utc).timestamp()
+    assert (monday.last_peak_rps, tuesday.last_peak_rps) == (200.0, None)
