@@ -43,7 +43,7 @@ from urllib3.util.retry import Retry
 from controlplane import netguard
 from controlplane.config import duration_s
 from scaling.drivers.signals import PoolSelector, SignalRead
-from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading
+from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading, plausible
 
 # --- the PromQL -------------------------------------------------------------------------------
 # A pool's live replicas: any vLLM gauge, grouped by the pool labels (and the replica label).
@@ -252,7 +252,7 @@ class PrometheusSignalSource:
                 continue
             for at, raw in series.get("values", []):
                 value = float(raw)
-                if math.isfinite(value):
+                if plausible(value):
                     history[pool_name].append((float(at), value))
         return history
 

@@ -15,6 +15,7 @@ at once, everything else after a configurable approval delay.
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -28,6 +29,8 @@ from scaling.engine.forecast import DEFAULT_MEMORY, ForecastMemory, OnlineForeca
 from scaling.engine.planner import Decision, ForecastPoint, PlanInput, PlannerState, PoolPlan, ScheduleWindow
 from scaling.engine.queue_depth import QueueDepthPolicy
 from scaling.engine.signals import PoolSignals, Reading
+
+logger = logging.getLogger(__name__)
 
 FORECAST_BIN_S = 60.0  # the lead-time forecast reads 1-minute bins (on the clock's minutes)...
 RECENT_HISTORY_S = 3600.0  # ...remembers an hour of them, and starts from the last hour of history
@@ -419,7 +422,20 @@ class ApprovalModel:
 
 
 def decide_state_from(planner_state: dict[str, Any] | None, seasonal: dict[str, Any] | None) -> DecideState:
-    """A persisted state: `PlannerMemory.state` and `.seasonal_forecast` as any earlier version wrote them."""
+    """A persisted state: `PlannerMemory.state` and `.seasonal_forecast` as any earlier version wrote them.
+
+    One that does not load (edited by hand, cut short) starts afresh rather than failing the pool's
+    every tick: a fresh planner holds its first tick (it never scales down on it), and the forecasters
+    start again from the stored history.
+    """
+    try:
+        return _loaded_state(planner_state, seasonal)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+        logger.warning("the stored planner state does not load (%s: %s); starting afresh", type(error).__name__, error)
+        return DecideState()
+
+
+def _loaded_state(planner_state: dict[str, Any] | None, seasonal: dict[str, Any] | None) -> DecideState:
     state = PlannerState.from_dict(planner_state) if planner_state else PlannerState()
     seasonal = seasonal or {}
     made_at = seasonal.get("made_at")  # ISO time with its zone

@@ -704,8 +704,9 @@ def _as_of(state: PlannerState, now: float, pool: PoolPlan) -> PlannerState:
             hpa=replace(hpa, recommendations=tuple(replace(r, at_s=min(r.at_s, now)) for r in hpa.recommendations),
                         scale_up_events=tuple(replace(e, at_s=min(e.at_s, now)) for e in hpa.scale_up_events),
                         scale_down_events=tuple(replace(e, at_s=min(e.at_s, now)) for e in hpa.scale_down_events)))
-    if not pool.correction_min <= state.capacity_correction <= pool.correction_max:
-        changes["capacity_correction"] = min(max(state.capacity_correction, pool.correction_min), pool.correction_max)
+    if not pool.correction_min <= state.capacity_correction <= pool.correction_max:  # NaN included
+        correction = state.capacity_correction if math.isfinite(state.capacity_correction) else 1.0
+        changes["capacity_correction"] = min(max(correction, pool.correction_min), pool.correction_max)
     return replace(state, **changes) if changes else state
 
 

@@ -24,6 +24,17 @@ class Unknown(enum.Enum):
 UNKNOWN = Unknown.UNKNOWN
 
 
+# No signal Headroom reads (a rate, a queue, seconds of latency, tokens a second, a share) reaches this
+# for one pool: past it a series is broken (a counter reset read as a rate, a unit mistake), and read as
+# unknown. One such sample, kept in the history, would otherwise hold a pool at its maximum for the
+# forecast's memory, or overflow the forecast's squared errors for the days it is kept.
+MAX_PLAUSIBLE_READING = 1e9
+
+
+def plausible(value: float) -> bool:
+    return math.isfinite(value) and abs(value) <= MAX_PLAUSIBLE_READING
+
+
 @dataclass(frozen=True)
 class Reading:
     """One sample: its value (None when missing) and how old it is in seconds (None when not known)."""
@@ -35,7 +46,7 @@ class Reading:
     def is_known(self) -> bool:
         return (
             self.value is not None
-            and math.isfinite(self.value)
+            and plausible(self.value)
             and self.age_s is not None
             and 0.0 <= self.age_s <= STALE_AFTER_S
         )

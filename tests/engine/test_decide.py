@@ -318,3 +318,25 @@ def test_on_a_ramp_the_decide_step_orders_for_the_rate_a_lead_time_ahead():
     assert [t.replicas for t in terms[10:]] == [3, 6, 12]  # 1.5 x 20, 40, 80 req/s
     off = _rate_term_on(rates, dataclasses.replace(pool, rate_trend_cap=1.0))
     assert [t.replicas for t in off[10:]] == [2, 4, 8]
+
+
+@pytest.mark.parametrize("broken", [
+    {"capacity_correction": None}, {"recommendations": None}, {"hpa": None}, {"ready_since": [3]},
+    {"scale_events": [["soon", 2]]},
+])
+def test_a_stored_state_that_does_not_load_starts_afresh_and_the_pool_is_still_planned(broken, caplog):
+    """Edited by hand or cut short: before, the pool's every tick failed until someone mended the row."""
+    stored = {"last_known_at_s": 10.0, "last_good_target": 3, **broken}
+    state = decide.decide_state_from(stored, {"made_at": "2026-11-30T12:00:00+00:00", "expected": 4.0, "p90": 6.0})
+    assert state == decide.DecideState() and "does not load" in caplog.text
+    step = decide.decide(1800.0, _signals(30.0, 3), planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=10),
+                         state, _History())
+    assert step.decision.target_replicas is not None and step.decision.target_replicas >= 3  # its first tick holds
+
+
+@pytest.mark.parametrize("correction", [math.nan, 0.0, 7.0])
+def test_a_stored_correction_that_is_no_number_in_the_bounds_is_brought_within_them(correction):
+    state = decide.decide_state_from({"capacity_correction": correction}, {})
+    plan = planner.PoolPlan(capacity_rps_per_replica=5.0, max_replicas=10)
+    step = decide.decide(1800.0, _signals(30.0, 3), plan, state, _History())
+    assert plan.correction_min <= step.state.planner.capacity_correction <= plan.correction_max

@@ -109,3 +109,9 @@ def test_the_work_share_is_read_from_vllm_against_the_pools_slots_and_prefill(ca
     else:
         assert share.is_known and share.value == pytest.approx(expected), case
         assert share.age_s == 5.0, case  # the oldest part's (ready was read just now)
+
+
+@pytest.mark.parametrize("value", [1e154, -1e12, math.inf])
+def test_a_reading_past_any_pools_scale_is_a_broken_series_read_as_unknown(value):
+    assert not Reading(value, 5.0).is_known
+    assert Reading(250_000.0, 5.0).is_known  # a large pool's tokens a second still count
