@@ -690,12 +690,15 @@ def _as_of(state: PlannerState, now: float, pool: PoolPlan) -> PlannerState:
         return tuple((min(at, now), value) for at, value in pairs)
 
     changes: dict[str, Any] = {}
-    times = [state.last_known_at_s, state.last_prescale_at_s, state.ready_since[1] if state.ready_since else None,
-             *(at for at, _ in state.recommendations), *(at for at, _ in state.scale_events),
-             *(r.at_s for r in state.hpa.recommendations), *(e.at_s for e in state.hpa.scale_up_events),
-             *(e.at_s for e in state.hpa.scale_down_events)]
-    if any(at is not None and at > now for at in times):
-        hpa = state.hpa
+    hpa = state.hpa
+    # Each series is kept in time order and every step brings it to now, so its newest entry is its last.
+    newest = (state.last_known_at_s, state.last_prescale_at_s, state.ready_since[1] if state.ready_since else None,
+              state.recommendations[-1][0] if state.recommendations else None,
+              state.scale_events[-1][0] if state.scale_events else None,
+              hpa.recommendations[-1].at_s if hpa.recommendations else None,
+              hpa.scale_up_events[-1].at_s if hpa.scale_up_events else None,
+              hpa.scale_down_events[-1].at_s if hpa.scale_down_events else None)
+    if any(at is not None and at > now for at in newest):
         changes.update(
             last_known_at_s=min(state.last_known_at_s, now) if state.last_known_at_s is not None else None,
             last_prescale_at_s=min(state.last_prescale_at_s, now) if state.last_prescale_at_s is not None else None,
