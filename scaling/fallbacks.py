@@ -348,29 +348,39 @@ def write(activation_id: int, router: Router | None = None) -> FallbackActivatio
             return None
         return f"fallback #{activation.pk} no longer wants {target_percent} %"
 
+    # Any share this activation asked for may be on the route, not only the one last confirmed: a write
+    # whose answer was lost (a read-back timing out) landed, or the target moved while it was in flight.
+    # Only weights it never asked for are the route changed by someone else.
+    accepted = tuple(weights_at(percent) for percent in sorted({confirmed, *_asked_percents(activation)}))
     try:
         router = router or route_router(activation.pool.cluster, activation.router_kind)
         outcome = router.set_weights(RouteRef(activation.route_namespace, activation.route_name),
-                                     weights_at(target_percent), WeightPremise((weights_at(confirmed),), still_wanted))
+                                     weights_at(target_percent), WeightPremise(accepted, still_wanted))
     except Exception as exc:  # noqa: BLE001 - recorded on the activation; retried next tick
         message = str(exc) if isinstance(exc, DriverError) else f"unexpected {type(exc).__name__}: {exc}"
         with transaction.atomic():
             activation = FallbackActivation.objects.select_for_update().get(pk=activation_id)
+            if activation.last_error != message:  # one event per failure, not one a beat while it lasts
+                note = "the route changed under the fallback: nothing written" if isinstance(exc, RoutePremiseChanged) \
+                    else "write failed, retried next tick"
+                _event(activation, "write_failed", activation.phase, AUTO, f"{note}: {message}")
             activation.last_error = message
             activation.save(update_fields=["last_error", "updated_at"])
-            note = "the route changed under the fallback: nothing written" if isinstance(exc, RoutePremiseChanged) \
-                else "write failed, retried next tick"
-            _event(activation, "write_failed", activation.phase, AUTO, f"{note}: {message}")
         return activation
     with transaction.atomic():
         activation = FallbackActivation.objects.select_for_update(of=("self",)).select_related("pool__team") \
             .get(pk=activation_id)
-        if activation.target_percent != target_percent or not activation.is_open:
+        if not activation.is_open:
             return activation
+        # What is on the route now, even where the target moved on meanwhile (the next write starts from it).
         activation.route_percent, activation.last_error = target_percent, ""
         note = "written and read back" if outcome.wrote else "already on the route: nothing written"
         data = {"weights": outcome.weights, "wrote": outcome.wrote, "conflicts": outcome.conflicts}
-        if activation.phase == FallbackPhase.RESTORING and target_percent == 0:
+        if activation.target_percent != target_percent:
+            activation.save()
+            _event(activation, "written", activation.phase, AUTO, f"{target_percent} % to {activation.fallback_backend} "
+                   f"{note}; the target is {activation.target_percent} % now", **data)
+        elif activation.phase == FallbackPhase.RESTORING and target_percent == 0:
             _transition(activation, FallbackPhase.RESTORED, "route_restored", AUTO,
                         f"all traffic back on {activation.primary_backend}: {note}", **data)
         else:
@@ -378,6 +388,12 @@ def write(activation_id: int, router: Router | None = None) -> FallbackActivatio
             _event(activation, "written", activation.phase, AUTO, f"{target_percent} % to "
                                                                   f"{activation.fallback_backend} {note}", **data)
     return activation
+
+
+def _asked_percents(activation: FallbackActivation) -> set[int]:
+    """Every route share the activation has asked for (its events record each target it set)."""
+    asked = activation.events.exclude(data__target_percent=None).values_list("data__target_percent", flat=True)
+    return {int(percent) for percent in asked if isinstance(percent, (int, float))} | {activation.target_percent}
 
 
 def advance(now: datetime | None = None) -> dict[str, int]:

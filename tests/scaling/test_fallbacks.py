@@ -21,7 +21,7 @@ from scaling.drivers.registry import route_router
 from scaling.models import FallbackActivation, FallbackPolicy, PlannerMemory
 
 from tests.core.conftest import alice, charlie, cluster, ml_team, search_team  # noqa: F401
-from tests.scaling.test_traffic import GIVING, RECEIVING, _weights, pools, sandbox  # noqa: F401
+from tests.scaling.test_traffic import GIVING, NS, RECEIVING, ROUTE, _weights, pools, sandbox  # noqa: F401
 
 PRIMARY_CAPACITY = 50.0  # req/s one replica serves at its SLO (the pools fixture's)
 
@@ -300,3 +300,88 @@ def test_the_traffic_returns_once_the_primarys_capacity_is_ready(sandbox, pools,
     assert sorted(set(seen), reverse=True) == [58, 29, 15, 0]
     # No return before a calm minute (exit_after_s): the first four ticks keep 58 %.
     assert seen[:4] == [58, 58, 58, 58]
+
+
+# --- writes whose answer was lost, or whose target moved while in flight ----------------------------
+
+
+class _ReadBackTimesOut:
+    """The API server applies the patch, then the read-back times out (a transient error)."""
+
+    def __init__(self, router) -> None:  # noqa: ANN001
+        self.router, self.scheme = router, router.scheme
+
+    def read(self, route, backends=None):  # noqa: ANN001, ANN201
+        return self.router.read(route, backends)
+
+    def set_weights(self, route, target, premise):  # noqa: ANN001, ANN201
+        self.router.set_weights(route, target, premise)
+        from scaling.drivers.cluster import DriverError
+        raise DriverError("read HTTPRoute inference/sandbox-route: timed out", permanent=False)
+
+
+class _RestoredDuringTheWrite:
+    """A person presses 'restore' while the beat's entry write is in flight."""
+
+    def __init__(self, router, pool, actor) -> None:  # noqa: ANN001
+        self.router, self.scheme, self.pool, self.actor = router, router.scheme, pool, actor
+
+    def read(self, route, backends=None):  # noqa: ANN001, ANN201
+        return self.router.read(route, backends)
+
+    def set_weights(self, route, target, premise):  # noqa: ANN001, ANN201
+        outcome = self.router.set_weights(route, target, premise)
+        fallbacks.restore(self.pool, self.actor, "not now")
+        return outcome
+
+
+def test_a_write_whose_answer_was_lost_does_not_wedge_the_fallback(sandbox, pools, policy, alice) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    fallbacks.tick(policy.pk, router=_ReadBackTimesOut(route_router(pools[0].cluster, "httproute")), now=now)
+    assert _weights(kube) == {GIVING: 42, RECEIVING: 58}  # the write landed; its answer did not come
+    assert FallbackActivation.objects.get().route_percent == 0
+    # The overload grows before the next write: the share rises to 43 %, written from the 58 % on the route.
+    for _ in range(4):
+        now += timedelta(seconds=15)
+        feed(pools, now, primary_rps=84.0, fallback_rps=116.0, ttft_s=3.0)
+        activation = fallbacks.tick(policy.pk, now=now)
+    assert activation.route_percent == activation.target_percent == 43 and not activation.last_error
+    # A person's restore brings the traffic back (before, every write failed on the premise for good).
+    activation = fallbacks.restore(pools[0], core.Actor(alice, Channel.API), "give it back")
+    assert activation.phase == FallbackPhase.RESTORED and _weights(kube) == {GIVING: 100, RECEIVING: 0}
+    traffic.start(pools[0], pools[1], core.Actor(alice, Channel.API))  # and the route is free for a shift
+
+
+def test_a_restore_during_the_entry_write_brings_the_traffic_back(sandbox, pools, policy, alice) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    router = _RestoredDuringTheWrite(route_router(pools[0].cluster, "httproute"), pools[0],
+                                     core.Actor(alice, Channel.API))
+    fallbacks.tick(policy.pk, router=router, now=now)
+    activation = FallbackActivation.objects.get()
+    assert activation.phase == FallbackPhase.RESTORED and _weights(kube) == {GIVING: 100, RECEIVING: 0}
+
+
+def test_a_route_edited_by_hand_is_one_failure_event_not_one_a_beat(sandbox, pools, policy) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    fallbacks.tick(policy.pk, now=now)
+    assert _weights(kube) == {GIVING: 42, RECEIVING: 58}
+
+    def by_hand(route: dict) -> dict:  # someone sets 70/30: weights the fallback never asked for
+        route["spec"]["rules"][0]["backendRefs"][0]["weight"] = 70
+        route["spec"]["rules"][0]["backendRefs"][1]["weight"] = 30
+        return route
+
+    kube.store.update(res.HTTPROUTES, NS, ROUTE, by_hand)
+    for _ in range(6):
+        now += timedelta(seconds=15)
+        feed(pools, now, primary_rps=84.0, fallback_rps=116.0, ttft_s=3.0)
+        fallbacks.tick(policy.pk, now=now)
+    activation = FallbackActivation.objects.get()
+    assert "changed" in activation.last_error and activation.events.filter(kind="write_failed").count() == 1
+    assert _weights(kube) == {GIVING: 70, RECEIVING: 30}  # never overwritten
