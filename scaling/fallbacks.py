@@ -167,6 +167,9 @@ def spilled_share(primary: PoolSignals, fallback: PoolSignals) -> float:
     return engine.answered_share(primary.request_rate_rps, fallback.request_rate_rps) or 0.0
 
 
+MIN_PAIR_TOTAL = 100  # the combined weight that carries a share to the percent
+
+
 def route_percent_for(policy: FallbackPolicy, share: float) -> int:
     """The fallback backend's share of the pair's route weight, in percent, for a share of the eligible traffic.
     Rounded up: the primary keeps at most what its ready replicas serve."""
@@ -230,6 +233,16 @@ def _create(policy: FallbackPolicy, phase: str, share: float, actor: core.Actor,
     if pair_total == 0:
         raise InvalidFallback("pool", f"{pool.route_backend} and {fallback.route_backend} carry no traffic on the route")
     route_percent = round(100 * weights[fallback.route_backend] / pair_total)
+    if pair_total < MIN_PAIR_TOTAL:
+        # Gateway API weights are relative, and a backend without one weighs 1: a primary at 1 beside a
+        # fallback at 0 would carry a 58 % share as 0/1, all or nothing. Where the two are the rule's only
+        # backends their weights scale freely; beside others that would move the others' shares too.
+        if set(weights) != {pool.route_backend, fallback.route_backend}:
+            raise InvalidFallback("pool", (
+                f"{pool.route_backend} and {fallback.route_backend} weigh {pair_total} together on the route, beside "
+                f"other backends: too little to carry a share in percent; give the two weights of {MIN_PAIR_TOTAL} "
+                f"or more"))
+        pair_total = MIN_PAIR_TOTAL
     activation = FallbackActivation.objects.create(
         pool=pool, fallback_pool=fallback, router_kind=policy.router_kind, route_namespace=route.namespace,
         route_name=route.name, primary_backend=pool.route_backend, fallback_backend=fallback.route_backend,
@@ -351,7 +364,8 @@ def write(activation_id: int, router: Router | None = None) -> FallbackActivatio
     # Any share this activation asked for may be on the route, not only the one last confirmed: a write
     # whose answer was lost (a read-back timing out) landed, or the target moved while it was in flight.
     # Only weights it never asked for are the route changed by someone else.
-    accepted = tuple(weights_at(percent) for percent in sorted({confirmed, *_asked_percents(activation)}))
+    accepted = (*(weights_at(percent) for percent in sorted({confirmed, *_asked_percents(activation)})),
+                activation.start_weights)
     try:
         router = router or route_router(activation.pool.cluster, activation.router_kind)
         outcome = router.set_weights(RouteRef(activation.route_namespace, activation.route_name),

@@ -385,3 +385,25 @@ def test_a_route_edited_by_hand_is_one_failure_event_not_one_a_beat(sandbox, poo
     activation = FallbackActivation.objects.get()
     assert "changed" in activation.last_error and activation.events.filter(kind="write_failed").count() == 1
     assert _weights(kube) == {GIVING: 70, RECEIVING: 30}  # never overwritten
+
+
+def _primary_one_fallback_zero(kube) -> None:  # noqa: ANN001
+    """The Gateway API's default: a backend without a weight weighs 1."""
+    def by_hand(route: dict) -> dict:
+        route["spec"]["rules"][0]["backendRefs"][0]["weight"] = 1
+        route["spec"]["rules"][0]["backendRefs"][1]["weight"] = 0
+        return route
+    kube.store.update(res.HTTPROUTES, NS, ROUTE, by_hand)
+
+
+def test_a_pair_weighing_1_carries_the_share_not_all_or_nothing(sandbox, pools, policy, alice) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    _primary_one_fallback_zero(kube)
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    activation = fallbacks.tick(policy.pk, now=now)
+    assert activation.route_percent == 58 and _weights(kube) == {GIVING: 42, RECEIVING: 58}  # was 0/1: everything
+    restored = fallbacks.restore(pools[0], core.Actor(alice, Channel.API), "back")
+    assert restored.phase == FallbackPhase.RESTORED and _weights(kube) == {GIVING: 100, RECEIVING: 0}
+    forced = fallbacks.activate(pools[0], 0.3, core.Actor(alice, Channel.API), "a drill")
+    assert forced.route_percent == 30 and _weights(kube) == {GIVING: 70, RECEIVING: 30}
