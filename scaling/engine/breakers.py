@@ -2,7 +2,8 @@
 
 One state machine for all three: `closed -> open` when the failure share over a window passes the
 threshold (with enough requests to judge); `open -> half_open` after a cool-down; half-open lets a
-few probe requests through and closes when they succeed, opens again when one fails.
+few probe requests through and closes when they succeed, opens again when more of them fail than the
+threshold's share (among a few probes, any one).
 
 - An **endpoint** breaker (default 1 % of requests failing) takes the endpoint out of the route
   while open; probes bring it back.
@@ -100,10 +101,14 @@ def decide_breaker(now_s: float, counts: WindowCounts, thresholds: BreakerThresh
             return _to(state, HALF_OPEN, now_s, f"open for {waited:.0f} s: probing")
         return BreakerDecision(state, None, (f"open, probing in {thresholds.open_for_s - waited:.0f} s",))
 
-    # HALF_OPEN: `counts` are the probes since the last tick.
-    if counts.failures > 0:
-        return _to(state, OPEN, now_s, f"{counts.failures} of {counts.requests} probes failed")
-    successes = state.probe_successes + counts.requests
+    # HALF_OPEN: `counts` are the probes since the last tick. They open the breaker again above the
+    # threshold's share, as a closed window would; among a few probes that is any failure. A pool is judged
+    # on all its pods' requests, and its ordinary errors (0.1 % under a 1 % threshold) would read, as "any
+    # failure", as still failing at every tick: it would never close.
+    if counts.failures and counts.failure_ratio > thresholds.failure_ratio:
+        return _to(state, OPEN, now_s, f"{counts.failures} of {counts.requests} probes failed "
+                                       f"({counts.failure_ratio:.2%}, above {thresholds.failure_ratio:.2%})")
+    successes = state.probe_successes + counts.requests - counts.failures
     if successes >= thresholds.probe_requests:
         return _to(state, CLOSED, now_s, f"{successes} probes succeeded")
     new = replace(state, probe_successes=successes)

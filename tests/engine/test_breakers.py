@@ -9,6 +9,7 @@ from scaling.engine.breakers import (CLOSED, HALF_OPEN, OPEN, BreakerState, Brea
 
 ENDPOINT = b.ENDPOINT_THRESHOLDS
 SYSTEM = b.SYSTEM_THRESHOLDS
+POOL = b.POOL_THRESHOLDS
 
 
 @pytest.mark.parametrize("label, thresholds, state, now, counts, expected, transition", [
@@ -28,6 +29,12 @@ SYSTEM = b.SYSTEM_THRESHOLDS
      (HALF_OPEN, CLOSED)),
     ("custom threshold 5 %: 4 % stays closed", BreakerThresholds(failure_ratio=0.05), BreakerState(), 60, (1000, 40),
      CLOSED, None),
+    # A pool is judged on all its pods' requests: its ordinary 0.1 % of errors is no failed probe (before,
+    # any failure opened it again, so a pool breaker tripped by a short spike never closed).
+    ("half-open pool: its baseline errors close it", POOL, BreakerState(HALF_OPEN, 130.0), 145, (900, 1), CLOSED,
+     (HALF_OPEN, CLOSED)),
+    ("half-open pool: still above the threshold opens again", POOL, BreakerState(HALF_OPEN, 130.0), 145, (900, 10),
+     OPEN, (HALF_OPEN, OPEN)),
 ])
 def test_breaker_transitions(label, thresholds, state, now, counts, expected, transition):
     decision = decide_breaker(now, WindowCounts(*counts), thresholds, state)
