@@ -217,6 +217,7 @@ def _create(policy: FallbackPolicy, phase: str, share: float, actor: core.Actor,
         raise InvalidFallback("pool", f"Pool {pool} has no fallback pool.")
     if not pool.route_name or not pool.route_backend or not fallback.route_backend:
         raise InvalidFallback("pool", f"Pool {pool} or its fallback {fallback} has no route (route_name, route_backend).")
+    traffic.lock_route(pool.cluster_id, policy.router_kind, pool.namespace, pool.route_name)
     if shift := _shift_on_route(policy):
         raise FallbackConflict(f"Shift #{shift.pk} is moving traffic on route {pool.route_name} ({shift.phase}); "
                                "one writer per route: roll it back or let it finish first.")

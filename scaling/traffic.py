@@ -10,13 +10,14 @@ loop stored for the receiving pool at its last tick (PlannerMemory), aged like a
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -205,6 +206,29 @@ def _check_pools(from_pool: Pool, to_pool: Pool) -> None:
                                       f"{from_pool.route_name}: a shift moves traffic on one route.")
 
 
+def lock_route(cluster_id: int, router_kind: str, namespace: str, route_name: str) -> None:
+    """Hold the route for this transaction: a shift starting and a fallback entering check that the other
+    is not writing the route, then create their row; without one lock for both, each may pass its check
+    while the other is between its check and its create (the start reads the route meanwhile), and two
+    writers end up on one route. A PostgreSQL advisory lock, released at commit; SQLite (the embedded
+    default) takes one writer at a time anyway."""
+    if connection.vendor != "postgresql":
+        return
+    name = f"route:{cluster_id}:{router_kind}:{namespace}/{route_name}".encode()
+    key = int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _fallback_conflict(to_pool: Pool, router_kind: str, namespace: str, route_name: str) -> ShiftConflict | None:
+    from scaling import fallbacks  # it builds on this module
+
+    if (open_fallback := fallbacks.open_on_route(to_pool.cluster_id, router_kind, namespace, route_name)) is None:
+        return None
+    return ShiftConflict(f"Fallback #{open_fallback.pk} of {open_fallback.pool} writes route {route_name}'s weights "
+                         f"({open_fallback.phase}); restore it first: one writer per route.", field="to_pool")
+
+
 def start(
     from_pool: Pool,
     to_pool: Pool,
@@ -244,11 +268,8 @@ def start(
     if conflicting is not None:
         raise ShiftConflict(f"Shift #{conflicting.pk} is already moving traffic on route {route.name} "
                             f"({conflicting.phase}); roll it back or let it finish first.", conflicting, field="to_pool")
-    from scaling import fallbacks  # it builds on this module
-
-    if (open_fallback := fallbacks.open_on_route(to_pool.cluster_id, router_kind, namespace, route.name)) is not None:
-        raise ShiftConflict(f"Fallback #{open_fallback.pk} of {open_fallback.pool} writes route {route.name}'s weights "
-                            f"({open_fallback.phase}); restore it first: one writer per route.", field="to_pool")
+    if conflict := _fallback_conflict(to_pool, router_kind, namespace, route.name):
+        raise conflict
     try:
         router = router or route_router(to_pool.cluster, router_kind)
         backends = {from_pool.route_backend, to_pool.route_backend}
@@ -263,6 +284,9 @@ def start(
         raise RouteUnavailable(f"Could not read route {namespace}/{route.name}: {exc}") from None
     try:
         with transaction.atomic():
+            lock_route(to_pool.cluster_id, router_kind, namespace, route.name)
+            if conflict := _fallback_conflict(to_pool, router_kind, namespace, route.name):
+                raise conflict  # a fallback entered while the route was read
             shift = TrafficShift.objects.create(
                 cluster=to_pool.cluster, from_pool=from_pool, to_pool=to_pool, router_kind=router_kind,
                 route_namespace=namespace, route_name=route.name, from_backend=from_pool.route_backend,
