@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_save
+from django.db.models.signals import post_save, pre_delete
 
 
 class ScalingConfig(AppConfig):
@@ -8,7 +8,9 @@ class ScalingConfig(AppConfig):
 
     def ready(self) -> None:
         # Fallbacks and breakers add their events to incidents' timelines (incidents/timeline.py's registry).
-        from scaling import prescale_shift, timeline_sources  # noqa: F401
+        from scaling import prescale_shift, timeline_sources, traffic  # noqa: F401
 
         post_save.connect(prescale_shift.on_proposal_event, sender="scaling.ProposalEvent",
                           dispatch_uid="scaling-prescale-shift")
+        pre_delete.connect(traffic.refuse_deleting_a_route_writer, sender="controlplane.Pool",
+                           dispatch_uid="scaling-refuse-deleting-a-route-writer")

@@ -206,6 +206,24 @@ def _check_pools(from_pool: Pool, to_pool: Pool) -> None:
                                       f"{from_pool.route_name}: a shift moves traffic on one route.")
 
 
+def refuse_deleting_a_route_writer(sender: type, instance: Pool, **kwargs: Any) -> None:
+    """`pre_delete` of a pool (its own, or its cluster's cascade): refused while a shift or a fallback of it
+    moves a route's weights. Deleted, its rows would go with it and leave the route half-shifted, with no
+    writer left to roll it back or restore it (the API and the web answer 409 naming them)."""
+    from django.db.models import ProtectedError, Q
+
+    from scaling.choices import FALLBACK_OPEN_PHASES
+    from scaling.models import FallbackActivation
+
+    writing = [*TrafficShift.objects.filter(Q(from_pool=instance) | Q(to_pool=instance),
+                                            phase__in=list(SHIFT_ACTIVE_PHASES)),
+               *FallbackActivation.objects.filter(Q(pool=instance) | Q(fallback_pool=instance),
+                                                  phase__in=list(FALLBACK_OPEN_PHASES))]
+    if writing:
+        raise ProtectedError(f"pool {instance} has a shift or a fallback moving its route's weights: roll it back or "
+                             f"restore it first", writing)
+
+
 def lock_route(cluster_id: int, router_kind: str, namespace: str, route_name: str) -> None:
     """Hold the route for this transaction: a shift starting and a fallback entering check that the other
     is not writing the route, then create their row; without one lock for both, each may pass its check

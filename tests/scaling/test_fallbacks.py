@@ -407,3 +407,22 @@ def test_a_pair_weighing_1_carries_the_share_not_all_or_nothing(sandbox, pools, 
     assert restored.phase == FallbackPhase.RESTORED and _weights(kube) == {GIVING: 100, RECEIVING: 0}
     forced = fallbacks.activate(pools[0], 0.3, core.Actor(alice, Channel.API), "a drill")
     assert forced.route_percent == 30 and _weights(kube) == {GIVING: 70, RECEIVING: 30}
+
+
+def test_a_pool_with_an_open_fallback_cannot_be_deleted_until_it_is_restored(sandbox, pools, policy, alice) -> None:  # noqa: ANN001, F811
+    from controlplane.choices import Role
+    from controlplane.models import Membership
+    from tests.core.conftest import token_client
+
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    activation = fallbacks.tick(policy.pk, now=now)
+    admin = User.objects.create_user("admin-ml")
+    Membership.objects.create(user=admin, team=pools[0].team, role=Role.ADMIN)
+    for pool in pools:  # the primary and its fallback
+        answer = token_client(admin).delete(f"/api/v1/pools/{pool.pk}/")
+        assert answer.status_code == 409 and f"fallback #{activation.pk}" in answer.data["detail"], answer.data
+    fallbacks.restore(pools[0], core.Actor(alice, Channel.API), "back")
+    assert _weights(kube) == {GIVING: 100, RECEIVING: 0}
+    assert token_client(admin).delete(f"/api/v1/pools/{pools[0].pk}/").status_code == 204

@@ -427,3 +427,24 @@ def test_a_worker_killed_after_a_rollback_write_finishes_it_without_writing_agai
     shift = traffic.tick(shift.pk)
     assert shift.phase == ShiftPhase.ROLLED_BACK and shift.events.last().data["wrote"] is False
     assert kube.store.get(res.HTTPROUTES, NS, ROUTE)["metadata"]["resourceVersion"] == version
+
+
+def test_a_pool_whose_shift_moves_a_route_cannot_be_deleted_until_it_is_rolled_back(sandbox, pools, alice: User) -> None:  # noqa: ANN001, F811
+    from tests.core.conftest import token_client
+
+    kube, gateway = sandbox
+    shift = _start(pools, alice, hold_s=30)
+    now = timezone.now()
+    observe(kube, gateway, pools, now)
+    shift = traffic.tick(shift.pk, now=now)
+    assert shift.phase in (ShiftPhase.STEPPING, ShiftPhase.HOLDING) and _weights(kube) != {GIVING: 100, RECEIVING: 0}
+    admin = User.objects.create_user("admin-ml")
+    Membership.objects.create(user=admin, team=pools[1].team, role=Role.ADMIN)
+    # Deleted, the pool took its shift with it and left the route half-shifted, with no writer to roll it back.
+    for url in (f"/api/v1/pools/{pools[1].pk}/", f"/api/v1/pools/{pools[0].pk}/"):
+        answer = token_client(admin).delete(url)
+        assert answer.status_code == 409 and f"shift #{shift.pk}" in answer.data["detail"], (url, answer.data)
+    assert TrafficShift.objects.filter(pk=shift.pk).exists()
+    traffic.rollback(shift.pk, core.Actor(alice, Channel.API), "not today")
+    assert _weights(kube) == {GIVING: 100, RECEIVING: 0}
+    assert token_client(admin).delete(f"/api/v1/pools/{pools[1].pk}/").status_code == 204
