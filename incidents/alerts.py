@@ -28,7 +28,7 @@ from controlplane import services as core
 from controlplane.models import Cluster, Pool, Team
 from incidents import incidents, rules, trends
 from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState, NotificationKind, NotificationState
-from incidents.models import Alert, AlertEvent, Channel, HourlyRollup, Notification, Silence, SloSample
+from incidents.models import Alert, AlertEvent, Channel, Drill, HourlyRollup, Notification, Silence, SloSample
 from incidents.services import NotificationError, integration_enabled
 from scaling.choices import ProposalState
 from scaling.models import ColdStart, PlannerMemory, Proposal, SignalSample
@@ -222,6 +222,9 @@ def evaluate_alerts(pools: Iterable[Pool] | None = None, now: datetime | None = 
     """
     now = now or timezone.now()
     pools = list(pools) if pools is not None else list(Pool.objects.select_related("cluster", "team").prefetch_related("slos"))
+    # A drill's pool is the sandbox's: the drill opens its own incident, and never pages anyone.
+    drilled = set(Drill.objects.filter(pool__in=pools).values_list("pool_id", flat=True))
+    pools = [pool for pool in pools if pool.pk not in drilled]
     result = Evaluation()
     if not pools:
         return result
@@ -244,7 +247,8 @@ def evaluate_heartbeats(now: datetime | None = None) -> Evaluation:
     now = now or timezone.now()
     result = Evaluation()
     ticks = last_ticks(now)
-    clusters = Cluster.objects.filter(pk__in=list(ticks)).select_related("team")
+    # A drill's cluster stops ticking when the drill ends: that is no control loop down.
+    clusters = Cluster.objects.filter(pk__in=list(ticks)).exclude(pools__drills__isnull=False).select_related("team")
     silences = active_silences({cluster.team_id for cluster in clusters}, now)
     for cluster in clusters:
         last = ticks[cluster.pk]
@@ -374,11 +378,22 @@ def _notify(alert: Alert, pool: Pool | None, now: datetime, result: Evaluation) 
             channels = Channel.objects.filter(team_id=alert.team_id, enabled=True)
             result.notifications += _enqueue(channels, alert, NotificationKind.ALERT_FIRING, pool, now)
     elif alert.state == AlertState.RESOLVED and alert.announced_at is not None:
+        # Only channels that heard it fire hear it resolve. A firing message still waiting (a retry, a
+        # disabled channel) is skipped when its turn comes (`services.deliver`), so no channel ends on
+        # "firing" for an alert that is over; one in flight now gets its resolve once delivered
+        # (`resolve_after_late_firing`).
         told = Notification.objects.filter(alert=alert, kind=NotificationKind.ALERT_FIRING,
-                                           state__in=[NotificationState.PENDING, NotificationState.DELIVERED]) \
-            .values("channel_id")
+                                           state=NotificationState.DELIVERED).values("channel_id")
         channels = Channel.objects.filter(pk__in=told, enabled=True)
         result.notifications += _enqueue(channels, alert, NotificationKind.ALERT_RESOLVED, pool, now)
+
+
+def resolve_after_late_firing(firing: Notification, now: datetime) -> None:
+    """A firing message delivered after its alert resolved (it was being sent at the time): its channel
+    hears the resolve too."""
+    alert = Alert.objects.filter(pk=firing.alert_id, state=AlertState.RESOLVED).first()
+    if alert is not None:
+        _deliver_on_commit(_enqueue([firing.channel], alert, NotificationKind.ALERT_RESOLVED, None, now))
 
 
 def _enqueue(channels: Iterable[Channel], alert: Alert, kind: str, pool: Pool | None, now: datetime) -> list[int]:

@@ -32,6 +32,7 @@ from incidents.choices import (
     STARTABLE_RUN_STEP_STATES,
     AlertTier,
     NotificationKind,
+    NotificationState,
     PlaybookStepKind,
     RunStepState,
 )
@@ -116,8 +117,11 @@ def _no_params(params: dict[str, Any], team: Team) -> dict[str, Any]:
 
 
 def _key(step: PlaybookRunStep) -> str:
-    """The services' idempotency key for one run step: a second run of the step finds the first's object."""
-    return f"playbook-run:{step.run_id}:step:{step.position}"
+    """The services' idempotency key for one attempt of a run step: running it again while it stands finds
+    the first object; running it again after it failed (a rejected proposal, a rolled-back shift) is a
+    new attempt, with a new object."""
+    attempt = int(step.data.get("attempt", 1)) if isinstance(step.data, dict) else 1
+    return f"playbook-run:{step.run_id}:step:{step.position}" + (f":attempt:{attempt}" if attempt > 1 else "")
 
 
 # Pre-scale: warm pool + 50 %, a proposal like the planner's.
@@ -253,6 +257,8 @@ def _start_notify(step: PlaybookRunStep, incident: Incident, actor: core.Actor, 
         step.data = {"channel": channel.name, "text": text, "drill": True}
         return
     notification = enqueue(channel, None, NotificationKind.MESSAGE, now, text=text)
+    if notification is not None and notification.state == NotificationState.SKIPPED:
+        raise InvalidPlaybook("params.channel", f"Not sent to {channel.name}: {notification.last_error}.")
     step.data = {"channel": channel.name, "text": text, "notification_id": notification.pk if notification else None}
 
 
@@ -487,6 +493,8 @@ def run_step(run_id: int, position: int, actor: core.Actor, now: datetime | None
         if incident.state not in ACTIVE_INCIDENT_STATES:
             raise StepConflict(step, f"Incident #{incident.pk} is {incident.state}; its playbook no longer acts.")
         step.proposal, step.shift = None, None
+        if step.state == RunStepState.FAILED:
+            step.data = {"attempt": int(step.data.get("attempt", 1)) + 1}
         try:
             with transaction.atomic():  # the service's writes and the step's outcome commit together
                 action.start(step, incident, actor, now)

@@ -23,8 +23,8 @@ from controlplane.choices import Channel as ActorChannel
 from controlplane.errors import ServiceError
 from controlplane.models import Team
 from incidents import outbound
-from incidents.choices import ChannelKind, NotificationKind, NotificationState
-from incidents.models import Channel, DispatchedEvent, Drill, Notification, SlackIdentity
+from incidents.choices import AlertState, ChannelKind, NotificationKind, NotificationState
+from incidents.models import Alert, Channel, DispatchedEvent, Drill, Notification, SlackIdentity
 from incidents.transports import NothingToSend, TransportError, transport_class, transport_for
 from scaling.choices import ProposalState
 from scaling.models import Proposal, ProposalEvent
@@ -214,6 +214,9 @@ def deliver(notification_id: int, now: datetime | None = None) -> Delivery | Non
     notification = _claim(notification_id, now)
     if notification is None:
         return None
+    if late := _resolved_before_sent(notification):
+        _finish(notification, NotificationState.SKIPPED, late)
+        return Delivery(notification.pk, notification.state, notification.last_error)
     transport = transport_for(notification.channel)
     try:
         transport.notify(notification)  # outside any transaction: a slow receiver holds no locks
@@ -225,7 +228,22 @@ def deliver(notification_id: int, now: datetime | None = None) -> Delivery | Non
         transport.delivered(notification)
         _finish(notification, NotificationState.DELIVERED, now=now)
         Channel.objects.filter(pk=notification.channel_id).update(last_delivered_at=now)
+        if notification.kind == NotificationKind.ALERT_FIRING:
+            from incidents import alerts  # alerts build on this module
+
+            alerts.resolve_after_late_firing(notification, now)
     return Delivery(notification.pk, notification.state, notification.last_error)
+
+
+def _resolved_before_sent(notification: Notification) -> str:
+    """Why an alert's firing message is no longer news ('' when it is): the alert resolved while the
+    message waited (a retry's backoff, a disabled channel). Sent now, it would arrive after the resolve,
+    or with none, and leave the receiver on "firing" for an alert that is over."""
+    if notification.kind != NotificationKind.ALERT_FIRING or notification.alert_id is None:
+        return ""
+    if Alert.objects.filter(pk=notification.alert_id, state=AlertState.RESOLVED).exists():
+        return "the alert resolved before this message went out"
+    return ""
 
 
 def secret_urls(channel: Channel, notification: Notification | None = None) -> list[str]:

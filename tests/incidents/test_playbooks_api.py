@@ -148,6 +148,34 @@ def test_a_rejected_prescale_fails_the_step_which_can_be_skipped(alice: User, bo
     assert client.post(f"{RUNS}{run_id}/run/", {"position": 9}, format="json").status_code == 400
 
 
+def test_a_rejected_prescale_step_run_again_makes_a_new_proposal(alice: User, bob: User, incident: Incident,
+                                                                   on_call: Channel) -> None:
+    client = token_client(alice)
+    playbook_id = client.post(URL, SURGE, format="json").json()["id"]
+    run_id = client.post(RUNS, {"incident": incident.pk, "playbook": playbook_id}, format="json").json()["id"]
+    first = client.post(f"{RUNS}{run_id}/run/", {"position": 2}, format="json").json()["steps"][1]["proposal"]
+    scaling.reject(first, core.Actor(bob, ActorChannel.WEB), "too early")
+    assert client.get(f"{RUNS}{run_id}/").json()["steps"][1]["state"] == "failed"
+    # The on-call tries again a few minutes later: a new attempt (before, the rejected proposal answered again).
+    again = client.post(f"{RUNS}{run_id}/run/", {"position": 2}, format="json").json()["steps"][1]
+    assert again["state"] == "waiting_approval" and again["proposal"] not in (None, first)
+    assert Proposal.objects.count() == 2
+    # While it waits, running it again still makes nothing new.
+    assert client.post(f"{RUNS}{run_id}/run/", {"position": 2}, format="json").json()["steps"][1]["proposal"] == \
+        again["proposal"] and Proposal.objects.count() == 2
+
+
+def test_a_notify_step_whose_message_will_not_be_sent_fails_with_the_reason(alice: User, incident: Incident,
+                                                                            on_call: Channel, settings) -> None:  # noqa: ANN001
+    settings.SLACK_ENABLED = settings.WEBHOOKS_ENABLED = False
+    client = token_client(alice)
+    playbook_id = client.post(URL, SURGE, format="json").json()["id"]
+    run_id = client.post(RUNS, {"incident": incident.pk, "playbook": playbook_id}, format="json").json()["id"]
+    step = client.post(f"{RUNS}{run_id}/run/", {"position": 3}, format="json").json()["steps"][2]
+    # Before: "done: message queued" for a message the outbox had already skipped.
+    assert step["state"] == "failed" and "integration is switched off" in step["reason"], step
+
+
 def test_a_pool_at_its_maximum_fails_the_prescale_step_with_the_reason(alice: User, pool: Pool, incident: Incident,
                                                                        on_call: Channel) -> None:
     Pool.objects.filter(pk=pool.pk).update(max_replicas=1, min_replicas=1)
