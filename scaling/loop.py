@@ -24,7 +24,8 @@ from zoneinfo import ZoneInfo
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Max, Q
+from django.core.cache import cache
+from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from controlplane import metrics
@@ -52,6 +53,7 @@ FORECAST_BIN_S = decide.FORECAST_BIN_S
 RECENT_HISTORY = timedelta(seconds=decide.RECENT_HISTORY_S)
 SEASONAL_BIN_S = decide.SEASONAL_BIN_S
 SEASONAL_HISTORY = timedelta(seconds=decide.SEASONAL_HISTORY_S)
+BACKFILL_RETRY_S = 300  # a failed backfill is asked again after this long, not every tick
 SAMPLE_PRUNE_BATCH = 10_000  # rows a tick deletes at most: a backlog (a shortened retention) drains over ticks
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
@@ -104,12 +106,21 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
         errors[f"{cluster.name}: kubernetes"] = str(exc)
         # Without the cluster's word no replica count is known, whatever Prometheus sees.
         return {key: replace(value, **unknown) for key, value in signals.items()}, errors
+    unanswered = ""
     for pool in pools:
+        if unanswered:
+            # An API server that did not answer one pool's read is not asked for the next: each would wait
+            # out its own timeout, and a cluster of many pools would outlast its tick lease.
+            errors[f"{pool}: kubernetes"] = f"not read this tick: {unanswered}"
+            signals[pool.pk] = replace(signals[pool.pk], **unknown)
+            continue
         try:
             status = driver.status(workload_of(pool))
         except Exception as exc:  # noqa: BLE001 - any failed read: this pool's replicas are unknown
             errors[f"{pool}: kubernetes"] = str(exc) if isinstance(exc, DriverError) else f"{type(exc).__name__}: {exc}"
             signals[pool.pk] = replace(signals[pool.pk], **unknown)
+            if isinstance(exc, DriverError) and exc.status is None and not exc.permanent:  # a timeout, a refused connection
+                unanswered = f"the API server did not answer {pool}'s read ({exc})"
             continue
         services.record_status(pool, status, now)
         fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731 - read just now
@@ -134,18 +145,28 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
     done = set(PlannerMemory.objects.filter(pool__in=pools, history_backfilled_at__isnull=False)
                .values_list("pool_id", flat=True))
     fresh = [pool for pool in pools if pool.pk not in done]
-    if source is None or not fresh:
+    retry_key = f"headroom:backfill-failed:{cluster.pk}"
+    if source is None or not fresh or cache.get(retry_key):
         return {}
     selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in fresh]
     end = now.timestamp()
+    fine_start = end - RECENT_HISTORY.total_seconds()
     try:
-        coarse = source.rate_history(selectors, end - SEASONAL_HISTORY.total_seconds(), end - RECENT_HISTORY.total_seconds(),
+        # The coarse range stops a step short of the fine one: both grids hold the instant they meet.
+        coarse = source.rate_history(selectors, end - SEASONAL_HISTORY.total_seconds(), fine_start - SEASONAL_BIN_S,
                                      SEASONAL_BIN_S)
-        fine = source.rate_history(selectors, end - RECENT_HISTORY.total_seconds(), end - FORECAST_BIN_S, FORECAST_BIN_S)
+        fine = source.rate_history(selectors, fine_start, end - FORECAST_BIN_S, FORECAST_BIN_S)
     except HistoryUnavailable as exc:
-        return {f"{cluster.name}: prometheus history": str(exc)}
+        # A Prometheus too slow for 8 days of range queries would be asked again every tick, each costing a
+        # timeout on top of the tick's deadline: it is asked again only after BACKFILL_RETRY_S.
+        cache.set(retry_key, True, timeout=BACKFILL_RETRY_S)
+        return {f"{cluster.name}: prometheus history": f"{exc} (retried in {BACKFILL_RETRY_S // 60} min)"}
+    earliest = dict(SignalSample.objects.filter(pool__in=fresh).values("pool_id").annotate(first=Min("at"))
+                    .values_list("pool_id", "first"))
     for pool in fresh:
-        points = coarse.get(str(pool.pk), []) + fine.get(str(pool.pk), [])
+        # Only before what the ticks already stored (a backfill that failed first, and came later).
+        before = earliest[pool.pk].timestamp() if pool.pk in earliest else math.inf
+        points = [(at, rate) for at, rate in coarse.get(str(pool.pk), []) + fine.get(str(pool.pk), []) if at < before]
         with transaction.atomic():
             SignalSample.objects.bulk_create(
                 SignalSample(pool=pool, at=datetime.fromtimestamp(at, now.tzinfo), request_rate_rps=rate)
@@ -427,7 +448,11 @@ def _holder() -> str:
 
 
 def acquire_cluster(cluster: Cluster, holder: str, now: datetime) -> bool:
-    """Take the cluster's tick lease (free, expired, or already ours); False when another worker holds it."""
+    """Take the cluster's tick lease (free, expired, or already ours); False when another worker holds it.
+
+    On the wall clock at the moment it is taken (or `now`, a test's clock, where that is later): a cluster
+    taken late in a long tick must get a whole lease, not what is left of one dated at the tick's start."""
+    now = max(now, timezone.now())
     try:
         TickLease.objects.get_or_create(cluster=cluster, defaults={"holder": "", "until": now})
     except IntegrityError:
@@ -438,7 +463,14 @@ def acquire_cluster(cluster: Cluster, holder: str, now: datetime) -> bool:
 
 
 def release_cluster(cluster: Cluster, holder: str, now: datetime) -> None:
-    TickLease.objects.filter(cluster=cluster, holder=holder).update(until=now)
+    TickLease.objects.filter(cluster=cluster, holder=holder).update(until=min(now, timezone.now()))
+
+
+def renew_cluster(cluster: Cluster, holder: str) -> bool:
+    """Extend our lease on the wall clock while the cluster's tick goes on; False when it was lost (the tick
+    ran past it and another worker took the cluster): the tick then stops writing for it."""
+    until = timezone.now() + timedelta(seconds=settings.TICK_LEASE_S)
+    return TickLease.objects.filter(cluster=cluster, holder=holder).update(until=until) == 1
 
 
 def _record_pool_error(pool: Pool, error: Exception, now: datetime) -> str:
@@ -448,8 +480,10 @@ def _record_pool_error(pool: Pool, error: Exception, now: datetime) -> str:
     return message
 
 
-def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime) -> tuple[list[PoolTick], dict[str, str]]:
-    """Read the cluster once, then plan each pool on its own: one pool's exception is that pool's."""
+def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime, holder: str | None = None
+                 ) -> tuple[list[PoolTick], dict[str, str]]:
+    """Read the cluster once, then plan each pool on its own: one pool's exception is that pool's. With the
+    lease's `holder`, the lease is renewed before each pool; lost, the rest of the cluster waits."""
     try:
         signals, errors = read_cluster(cluster, cluster_pools, now)
         errors.update(backfill_history(cluster, cluster_pools, now))
@@ -459,6 +493,9 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime) -> 
     diverted = _fallback_rates(cluster_pools, signals, now)
     reports = []
     for pool in cluster_pools:
+        if holder is not None and not renew_cluster(cluster, holder):
+            errors[f"{cluster.name}: lease"] = f"the tick lease was lost before {pool}: another worker ticks it"
+            break
         try:
             reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now,
                                      fallback_rate=diverted.get(pool.pk)))
@@ -511,7 +548,7 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: s
             logger.info("skipping cluster %s: %s", cluster.name, skipped[cluster.name])
             continue
         try:
-            cluster_reports, cluster_errors = tick_cluster(cluster, cluster_pools, now)
+            cluster_reports, cluster_errors = tick_cluster(cluster, cluster_pools, now, holder)
         finally:
             release_cluster(cluster, holder, now)
         reports += cluster_reports
