@@ -367,6 +367,7 @@ class FallbackPolicy(models.Model):
     """
 
     team_lookups = ("pool__team",)
+    cluster_lookup = "pool__cluster"  # a pool in a cluster no longer shared with its team cannot be changed
 
     pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="fallback_policy", primary_key=True)
     router_kind = models.CharField(max_length=16, choices=RouterKind.choices, default=RouterKind.HTTPROUTE)

@@ -7,10 +7,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from controlplane import services as core
+from controlplane.api.parsers import JSONParser  # the nesting limit every other endpoint has
 from controlplane.api.views import ApiFilterSet, PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
 from controlplane.choices import Channel, Role
 from scaling import breakers, fallbacks, report_service, reports, services, traffic
