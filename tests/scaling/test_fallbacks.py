@@ -168,7 +168,9 @@ class WorkerKilled(BaseException):
     """The process dies after the route write landed and before it was recorded."""
 
 
-class DiesAfterWrite:
+class _AfterTheWrite:
+    """The sandbox's router, with something happening once a write has landed (`after_write`)."""
+
     def __init__(self, router) -> None:  # noqa: ANN001
         self.router, self.scheme = router, router.scheme
 
@@ -176,7 +178,16 @@ class DiesAfterWrite:
         return self.router.read(route, backends)
 
     def set_weights(self, route, target, premise):  # noqa: ANN001, ANN201
-        self.router.set_weights(route, target, premise)
+        outcome = self.router.set_weights(route, target, premise)
+        self.after_write()
+        return outcome
+
+    def after_write(self) -> None:
+        raise NotImplementedError
+
+
+class DiesAfterWrite(_AfterTheWrite):
+    def after_write(self) -> None:
         raise WorkerKilled
 
 
@@ -305,34 +316,23 @@ def test_the_traffic_returns_once_the_primarys_capacity_is_ready(sandbox, pools,
 # --- writes whose answer was lost, or whose target moved while in flight ----------------------------
 
 
-class _ReadBackTimesOut:
+class _ReadBackTimesOut(_AfterTheWrite):
     """The API server applies the patch, then the read-back times out (a transient error)."""
 
-    def __init__(self, router) -> None:  # noqa: ANN001
-        self.router, self.scheme = router, router.scheme
-
-    def read(self, route, backends=None):  # noqa: ANN001, ANN201
-        return self.router.read(route, backends)
-
-    def set_weights(self, route, target, premise):  # noqa: ANN001, ANN201
-        self.router.set_weights(route, target, premise)
+    def after_write(self) -> None:
         from scaling.drivers.cluster import DriverError
         raise DriverError("read HTTPRoute inference/sandbox-route: timed out", permanent=False)
 
 
-class _RestoredDuringTheWrite:
+class _RestoredDuringTheWrite(_AfterTheWrite):
     """A person presses 'restore' while the beat's entry write is in flight."""
 
     def __init__(self, router, pool, actor) -> None:  # noqa: ANN001
-        self.router, self.scheme, self.pool, self.actor = router, router.scheme, pool, actor
+        super().__init__(router)
+        self.pool, self.actor = pool, actor
 
-    def read(self, route, backends=None):  # noqa: ANN001, ANN201
-        return self.router.read(route, backends)
-
-    def set_weights(self, route, target, premise):  # noqa: ANN001, ANN201
-        outcome = self.router.set_weights(route, target, premise)
+    def after_write(self) -> None:
         fallbacks.restore(self.pool, self.actor, "not now")
-        return outcome
 
 
 def test_a_write_whose_answer_was_lost_does_not_wedge_the_fallback(sandbox, pools, policy, alice) -> None:  # noqa: ANN001, F811
