@@ -116,9 +116,13 @@ def _parse_hhmm(value: Any, where: str) -> time:
     if not isinstance(value, str):
         raise ValueError(f"{where} must be a string 'HH:MM'")
     try:
-        return time.fromisoformat(value)
+        parsed = time.fromisoformat(value)
     except ValueError:
         raise ValueError(f"{where} must be 'HH:MM', got {value!r}") from None
+    if parsed.tzinfo is not None:  # windows are in the cluster's time zone; an offset here would contradict it
+        raise ValueError(f"{where} must be 'HH:MM' without a UTC offset (windows follow the cluster's time_zone), "
+                         f"got {value!r}")
+    return parsed
 
 
 def parse_off_hours(raw: Any) -> list[OffHoursWindow]:
@@ -148,6 +152,21 @@ def parse_off_hours(raw: Any) -> list[OffHoursWindow]:
     return windows
 
 
+MAX_GPU_PRICE_USD_PER_HOUR = 1000.0  # an 8-GPU node's hour costs under $100; more is a typo
+
+
+def _price(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} must be a number >= 0")
+    try:
+        price = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        price = math.inf
+    if not 0 <= price <= MAX_GPU_PRICE_USD_PER_HOUR:  # also refuses NaN and the JSON decoder's inf for 1e400
+        raise ValueError(f"{where} must be a number from 0 to {MAX_GPU_PRICE_USD_PER_HOUR:g} (USD per GPU-hour)")
+    return price
+
+
 def parse_gpu_prices(raw: Any) -> dict[str, GpuPrice]:
     """Parse `{"H100": {"on_demand": 4.0, "spot": 1.9}, ...}` (USD per GPU-hour)."""
     if raw in (None, ""):
@@ -166,9 +185,7 @@ def parse_gpu_prices(raw: Any) -> dict[str, GpuPrice]:
             value = item.get(key)
             if value is None and key == "spot":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{gpu_type}: {key} must be a number >= 0")
-            values[key] = float(value)
+            values[key] = _price(value, f"{gpu_type}: {key}")
         prices[gpu_type] = GpuPrice(values["on_demand"], values.get("spot"))
     return prices
 

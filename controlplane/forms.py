@@ -1,19 +1,46 @@
 """Web forms for the inventory. Validation is the models' own (full_clean runs clean and constraints)."""
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.db import models
+from django.forms.fields import InvalidJSONInput
 
-from controlplane import login_throttle, permissions, services
+from controlplane import jsonlimits, login_throttle, permissions, services
 from controlplane.choices import Role
 from controlplane.models import SLO, Cluster, Pool, ScheduleWindow, Team
+
+
+class LimitedJSONField(forms.JSONField):
+    """Django's JSON field within `jsonlimits`: too deep or a NUL character is a form error, not a 500."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            converted = None
+            reason: str | None = f"nests deeper than {jsonlimits.MAX_JSON_DEPTH} levels"
+        else:
+            reason = jsonlimits.problem(converted)
+        if reason:
+            raise forms.ValidationError(f"Not accepted: the JSON {reason}.", code="invalid")
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:  # shown back as typed, with the error above
+            return InvalidJSONInput(data)
 
 
 def _formfield(field: models.Field, **kwargs) -> forms.Field | None:  # noqa: ANN003
     if isinstance(field, models.URLField):
         kwargs.setdefault("assume_scheme", "https")  # Django 6's default, chosen now
+    if isinstance(field, models.JSONField):
+        kwargs.setdefault("form_class", LimitedJSONField)
     return field.formfield(**kwargs)
 
 

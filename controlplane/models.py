@@ -242,6 +242,13 @@ class Pool(models.Model):
                 errors["fallback_pool"] = "A pool cannot be its own fallback."
             elif self.cluster_id is not None and self.fallback_pool.cluster_id != self.cluster_id:
                 errors["fallback_pool"] = "The fallback pool must be in the same cluster."
+        if self.pk is not None and self.cluster_id is not None:
+            # The same rule seen from the fallback: moving it would leave its primaries falling back across clusters.
+            primaries = Pool.objects.filter(fallback_pool=self).exclude(cluster_id=self.cluster_id)
+            if primaries.exists():
+                names = ", ".join(sorted(str(pool) for pool in primaries[:5]))
+                errors["cluster"] = (f"A fallback must stay in its primary's cluster, and these pools fall back to "
+                                     f"this one: {names}.")
         try:
             config.parse_approval_policy(self.approval_policy)
         except ValueError as exc:

@@ -12,7 +12,7 @@ from rest_framework import permissions
 
 from controlplane import services
 from controlplane.choices import Role
-from controlplane.models import Cluster, Team
+from controlplane.models import Cluster, Pool, Team
 
 
 def team_lookups(model: type[models.Model]) -> tuple[str, ...]:
@@ -70,6 +70,22 @@ def check_may_write(user, obj: models.Model, role: str, *, lock: bool = False) -
     lookup = getattr(type(obj), "cluster_lookup", "cluster")
     services.check_may_change(user, owning_team(obj), owning_cluster(obj), role,
                               field=lookup.split("__")[0], lock=lock)
+    if isinstance(obj, Pool):
+        _check_may_name_fallback(user, obj)
+
+
+def _check_may_name_fallback(user, pool: Pool) -> None:  # noqa: ANN001
+    """Naming another team's pool as the fallback sends this pool's overflow to it: the operator role in
+    that team, as a traffic shift between the two needs. Checked when the fallback changes, not on every edit."""
+    fallback = pool.fallback_pool
+    if fallback is None or fallback.team_id == pool.team_id:
+        return
+    if pool.pk and Pool.objects.filter(pk=pool.pk, fallback_pool=fallback).exists():
+        return
+    if not services.has_role(user, fallback.team, Role.OPERATOR):
+        raise services.AccessDenied(
+            f"{fallback} belongs to team '{fallback.team}': naming it as the fallback needs the operator role "
+            "there (its replicas would take this pool's traffic).", "fallback_pool")
 
 
 class RolePermission(permissions.BasePermission):

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from controlplane import jsonlimits
 from controlplane import services as core
 from controlplane.choices import Role
 from controlplane.models import Team
@@ -40,9 +41,9 @@ class ChannelForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         try:
-            data["quiet_rules"] = json.loads(data.get("quiet") or "[]")
+            data["quiet_rules"] = jsonlimits.loads(data.get("quiet") or "[]")
         except ValueError as exc:
-            self.add_error("quiet", f"not valid JSON: {exc}")
+            self.add_error("quiet", str(exc))
             return data
         if self.errors:
             return data
@@ -96,9 +97,9 @@ class PlaybookForm(forms.Form):
             kind, _, rest = line.partition("|")
             title, _, params = rest.partition("|")
             try:
-                values = json.loads(params) if params.strip() else {}
+                values = jsonlimits.loads(params) if params.strip() else {}
             except ValueError as exc:
-                raise forms.ValidationError(f"Step {number}: params are not JSON ({exc}).") from None
+                raise forms.ValidationError(f"Step {number}: params: {exc}.") from None
             parsed.append((kind.strip(), title.strip(), values))
         return parsed
 

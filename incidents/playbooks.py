@@ -471,7 +471,8 @@ def skip(run_id: int, position: int, actor: core.Actor, reason: str = "", now: d
             return step
         if step.state not in STARTABLE_RUN_STEP_STATES:
             raise StepConflict(step, f"Step {position} is {step.state}; only a pending or failed step is skipped.")
-        _settle(step, RunStepState.SKIPPED, (reason or "").strip()[:2000], actor, now)
+        # NUL characters dropped as in incident notes: PostgreSQL's text cannot hold them.
+        _settle(step, RunStepState.SKIPPED, (reason or "").replace("\x00", "").strip()[:2000], actor, now)
     return step
 
 

@@ -179,12 +179,15 @@ def force(breaker_id: int, state: str, actor: core.Actor, comment: str = "", dri
             breaker.save()
             core.record(actor, "breaker-release", breaker, team=breaker.pool.team if breaker.pool else None)
         else:
+            before, was_forced = core.snapshot(breaker), breaker.forced
             breaker.forced = True
             moved = breaker.state != state
             if moved:
                 _move(breaker, state, actor, comment or f"forced {state} by {actor.name}", now)
-            else:
+            elif not was_forced:  # held where it already is: still a person's act, and the evaluation stops
                 breaker.save()
+                core.record(actor, "breaker-hold", breaker, before=before,
+                            team=breaker.pool.team if breaker.pool else None)
     if breaker.pool is not None and breaker.scope == BreakerScope.ENDPOINT:
         reconcile(breaker.pool, driver)
     if state != "release" and moved:

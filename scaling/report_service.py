@@ -108,6 +108,9 @@ def request_report(pool: Pool, actor: core.Actor, *, days: float = reports.DEFAU
     if peak_basis not in PeakBasis.values:
         raise ReportRequestError(f"peak_basis must be one of {', '.join(PeakBasis.values)}, got {peak_basis!r}",
                                  "peak_basis")
+    if not 1 <= len(sizes_pct) <= reports.MAX_SIZES:
+        raise ReportRequestError(f"sizes: give 1 to {reports.MAX_SIZES} sizes (each is a replay), got {len(sizes_pct)}",
+                                 "sizes")
     for size in sizes_pct:
         if not 0 <= size <= 100:
             raise ReportRequestError(f"sizes: {size:g} is outside 0-100 (percent of the expected peak)", "sizes")

@@ -40,6 +40,7 @@ from scaling.sim.transforms import time_shift
 from scaling.sim.workload import RateTrace, Workload
 
 DEFAULT_SIZES_PCT = (0, 10, 20, 30, 40, 50, 60)  # of the expected peak; the current setting is added
+MAX_SIZES = 21  # every 5 % from 0 to 100: each size is a replay, and one request should not queue hours of them
 DEFAULT_DAYS = 7.0
 DEFAULT_FLAG_ABOVE_PCT = 25.0  # a size costing more than this above the no-warm-pool baseline is flagged
 WARMUP_S = 600.0  # seen by the policy, not scored (docs/simulator.md)
@@ -241,6 +242,8 @@ def parse_sizes(text: str) -> tuple[float, ...]:
         sizes.append(size)
     if not sizes:
         raise ReportInputError("sizes: give at least one size")
+    if len(sizes) > MAX_SIZES:
+        raise ReportInputError(f"sizes: at most {MAX_SIZES} sizes (each is a replay), got {len(sizes)}")
     return tuple(sizes)
 
 

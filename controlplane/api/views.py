@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import django_filters
-from django import forms
 from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -12,6 +11,7 @@ from rest_framework.response import Response
 
 from controlplane import audit_view, permissions, services
 from controlplane.api import serializers
+from controlplane.api.filters import ApiFilterSet, IdFilter
 from controlplane.choices import AuditAction, Channel, Role
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
@@ -76,31 +76,6 @@ class TeamViewSet(TeamScopedViewSet):
             services.record(self.actor, AuditAction.CREATE, serializer.save())
 
 
-class _StrictChoiceField(forms.ChoiceField):
-    def clean(self, value):  # noqa: ANN001, ANN201
-        if value == "":  # given but empty: not one of the choices the schema lists (left out, it is None)
-            raise forms.ValidationError("Select one of the choices, or leave the filter out.", code="invalid_choice")
-        return super().clean(value)
-
-
-class StrictChoiceFilter(django_filters.ChoiceFilter):
-    """A choice, or left out; `?state=` is a 400 naming the filter (ChoiceFilter alone reads it as "no filter",
-    which the schema's enum does not allow)."""
-
-    field_class = _StrictChoiceField
-
-
-class ApiFilterSet(django_filters.FilterSet):
-    """Every API filter set: a model field with choices is filtered by one of them, never by ``""``."""
-
-    @classmethod
-    def filter_for_lookup(cls, field, lookup_type):  # noqa: ANN001, ANN206
-        filter_class, params = super().filter_for_lookup(field, lookup_type)
-        if filter_class is django_filters.ChoiceFilter:
-            filter_class = StrictChoiceFilter
-        return filter_class, params
-
-
 class ClusterFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
 
@@ -128,32 +103,6 @@ class PoolViewSet(TeamScopedViewSet):
     queryset = Pool.objects.select_related("cluster", "team", "status").prefetch_related("slos")
     serializer_class = serializers.PoolSerializer
     filterset_class = PoolFilter
-
-
-class IdFilter(django_filters.NumberFilter):
-    """An object's id: a whole number (NumberFilter alone would take 0.5 and answer an empty list)."""
-
-    field_class = forms.IntegerField
-
-
-class _TrueOrFalse(forms.NullBooleanField):
-    widget = forms.TextInput  # NullBooleanSelect would read any unknown word as "no filter" before us
-
-    def to_python(self, value):  # noqa: ANN001, ANN201
-        if value in (None, ""):
-            return None
-        if value in (True, "true", "True", "1"):
-            return True
-        if value in (False, "false", "False", "0"):
-            return False
-        raise forms.ValidationError("Must be true or false.", code="invalid")
-
-
-class TrueOrFalseFilter(django_filters.BooleanFilter):
-    """`true` or `false` (or left out); anything else is a 400 naming the filter, as the schema says.
-    (BooleanFilter alone reads `null` or `unknown` as "no filter".)"""
-
-    field_class = _TrueOrFalse
 
 
 class PoolChildFilter(ApiFilterSet):

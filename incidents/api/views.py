@@ -14,7 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane import permissions, services as core
-from controlplane.api.views import ApiFilterSet, ScopedViewMixin, TrueOrFalseFilter
+from controlplane.api.filters import ApiFilterSet, TrueOrFalseFilter
+from controlplane.api.views import ScopedViewMixin
 from controlplane.choices import Role
 from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
@@ -140,7 +141,7 @@ class SilenceViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMode
 
 class IncidentFilter(ApiFilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
-    active = django_filters.BooleanFilter(method="filter_active", label="Open, acknowledged or mitigated")
+    active = TrueOrFalseFilter(method="filter_active", label="Open, acknowledged or mitigated")
 
     class Meta:
         model = Incident

@@ -192,7 +192,7 @@ class WarmPoolReportCreateSerializer(ScopedModelSerializer):
     days = serializers.FloatField(default=reports.DEFAULT_DAYS, min_value=report_service.MIN_DAYS,
                                   max_value=report_service.MAX_DAYS)
     sizes_pct = serializers.ListField(child=serializers.FloatField(min_value=0, max_value=100), required=False,
-                                      allow_empty=False, max_length=21)
+                                      allow_empty=False, max_length=reports.MAX_SIZES)
     rate_scale = serializers.FloatField(default=1.0, min_value=0.001, max_value=1000)
     peak_basis = serializers.ChoiceField(choices=PeakBasis.choices, default=PeakBasis.FORECAST)
     trace = serializers.FileField(required=False, allow_empty_file=False, write_only=True,

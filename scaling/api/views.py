@@ -12,7 +12,8 @@ from rest_framework.response import Response
 
 from controlplane import services as core
 from controlplane.api.parsers import JSONParser  # the nesting limit every other endpoint has
-from controlplane.api.views import ApiFilterSet, PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
+from controlplane.api.filters import ApiFilterSet, TrueOrFalseFilter
+from controlplane.api.views import PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
 from controlplane.choices import Channel, Role
 from scaling import breakers, fallbacks, report_service, reports, services, traffic
 from scaling.api import serializers
@@ -108,7 +109,7 @@ class ProposalViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMod
 
 class TrafficShiftFilter(ApiFilterSet):
     pool = django_filters.NumberFilter(method="filter_pool", label="Shifts to or from this pool")
-    active = django_filters.BooleanFilter(method="filter_active", label="Only shifts still under way")
+    active = TrueOrFalseFilter(method="filter_active", label="Only shifts still under way")
 
     class Meta:
         model = TrafficShift

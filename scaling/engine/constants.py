@@ -126,7 +126,13 @@ def parse_overrides(raw: Any) -> dict[str, float]:
     values: dict[str, float] = {}
     for name, value in raw.items():
         constant = CONSTANTS[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number")
+        try:
+            value = float(value)  # an integer of hundreds of digits overflows here, not in a later comparison
+        except OverflowError:
+            raise ValueError(f"{name} must be between {constant.low:g} and {constant.high:g}") from None
+        if not math.isfinite(value):
             raise ValueError(f"{name} must be a number")
         if constant.whole and value != int(value):
             raise ValueError(f"{name} must be a whole number")

@@ -35,7 +35,7 @@ def test_a_bad_step_is_shown_with_its_field_and_nothing_is_saved(client, alice: 
                                              "steps": "checklist | ok\nfallback | Use the small model"})
     assert answer.status_code == 200 and "steps[2].kind: fallback: not yet available" in answer.content.decode()
     answer = client.post("/playbooks/new/", {"team": ml_team.pk, "name": "surge", "steps": "prescale | x | {oops"})
-    assert "params are not JSON" in answer.content.decode()
+    assert "params: not valid JSON" in answer.content.decode()
     assert not Playbook.objects.exists()
 
 
