@@ -8,9 +8,11 @@ class ScalingConfig(AppConfig):
 
     def ready(self) -> None:
         # Fallbacks and breakers add their events to incidents' timelines (incidents/timeline.py's registry).
-        from scaling import prescale_shift, timeline_sources, traffic  # noqa: F401
+        from scaling import prescale_shift, services, timeline_sources, traffic  # noqa: F401
 
         post_save.connect(prescale_shift.on_proposal_event, sender="scaling.ProposalEvent",
                           dispatch_uid="scaling-prescale-shift")
         pre_delete.connect(traffic.refuse_deleting_a_route_writer, sender="controlplane.Pool",
                            dispatch_uid="scaling-refuse-deleting-a-route-writer")
+        post_save.connect(services.supersede_what_an_edit_changed, sender="controlplane.Pool",
+                          dispatch_uid="scaling-supersede-what-an-edit-changed")

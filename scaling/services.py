@@ -141,6 +141,19 @@ def pool_changed(proposal: Proposal) -> str:
     return ""
 
 
+def supersede_what_an_edit_changed(sender: type, instance: Pool, created: bool, **kwargs: Any) -> None:
+    """`post_save` of a pool: its pending proposals that the edit made wrong (another scaled object, a
+    replica range that no longer holds the target) end superseded in the same transaction, so the inbox
+    and Slack stop offering them. Approved ones are the worker's to re-check before it writes."""
+    if created:
+        return
+    with transaction.atomic():
+        for proposal in Proposal.objects.select_for_update().filter(pool=instance, state=ProposalState.PENDING):
+            proposal.pool = instance
+            if changed := pool_changed(proposal):
+                _transition(proposal, ProposalState.SUPERSEDED, core.Actor(None, Channel.AUTO), changed)
+
+
 def check_caller_key(key: str) -> None:
     """Callers choose their own keys, but not in the loop's space (they could pre-empt its proposals)."""
     if key.startswith(LOOP_KEY_PREFIX):

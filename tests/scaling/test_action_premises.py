@@ -55,12 +55,31 @@ def _manual(pool: Pool, target: int, alice: User, bob: User | None = None) -> Pr
     return proposal
 
 
+def test_an_edit_supersedes_the_pending_proposals_it_made_wrong(
+        kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:
+    still_right = _manual(kube_pool, 2, alice)
+    assert token_client(bob).patch(f"/api/v1/pools/{kube_pool.pk}/", {"max_replicas": 3},
+                                   format="json").status_code == 200
+    still_right.refresh_from_db()
+    assert still_right.state == ProposalState.PENDING  # 2 is still within 1-3
+    wrong = _manual(kube_pool, 3, alice)
+    # The team's admin caps the pool at 2 (a GPU quota) while it waits.
+    assert token_client(bob).patch(f"/api/v1/pools/{kube_pool.pk}/", {"max_replicas": 2},
+                                   format="json").status_code == 200
+    wrong.refresh_from_db()
+    assert wrong.state == ProposalState.SUPERSEDED  # at the save: the inbox and Slack stop offering it
+    assert "bounded to 1-2" in wrong.events.last().comment
+    assert AuditEvent.objects.filter(object_id=str(wrong.pk), action=ProposalState.SUPERSEDED).exists()
+    with pytest.raises(services.ProposalConflict, match="already superseded"):
+        services.approve(wrong.pk, core.Actor(bob, Channel.API))
+    assert _replicas(kube) == 1
+
+
 def test_a_pending_proposal_outside_the_pools_new_range_cannot_be_approved(
         kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:
     proposal = _manual(kube_pool, 6, alice)
-    # The team's admin caps the pool at 3 (a GPU quota) while the proposal waits.
-    assert token_client(bob).patch(f"/api/v1/pools/{kube_pool.pk}/", {"max_replicas": 3},
-                                   format="json").status_code == 200
+    # The range changed by a write that sends no signal (a bulk update, a migration): approve still checks.
+    Pool.objects.filter(pk=kube_pool.pk).update(max_replicas=3)
     with pytest.raises(services.ProposalConflict, match="bounded to 1-3"):
         services.approve(proposal.pk, core.Actor(bob, Channel.API))
     proposal.refresh_from_db()
