@@ -7,6 +7,7 @@ rows stay pending until a later sweep delivers them.
 """
 from __future__ import annotations
 
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ from scaling.models import Proposal, ProposalEvent
 OUTBOX_HORIZON = timedelta(days=1)
 FAN_OUT_BATCH = 200
 AUTO = core.Actor(user=None, channel=ActorChannel.AUTO)
+logger = logging.getLogger(__name__)
 
 
 class NotificationError(ServiceError):
@@ -42,6 +44,11 @@ class NotificationError(ServiceError):
 class InvalidChannelSettings(NotificationError):
     def payload(self) -> dict[str, Any]:
         return {"settings": [str(self)]}
+
+
+class ChannelNameTaken(NotificationError):
+    def payload(self) -> dict[str, Any]:
+        return {"name": [str(self)]}
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,10 @@ def _claim(notification_id: int, now: datetime) -> Notification | None:
         if not notification.channel.enabled:
             _finish(notification, NotificationState.SKIPPED, f"channel disabled: {notification.channel.disabled_reason}")
             return None
+        if not integration_enabled(notification.channel.kind):  # switched off since it was queued (a retry)
+            _finish(notification, NotificationState.SKIPPED,
+                    f"the {notification.channel.get_kind_display()} integration is switched off")
+            return None
         notification.attempts += 1
         notification.next_attempt_at = now + hold
         notification.save(update_fields=["attempts", "next_attempt_at"])
@@ -205,11 +216,14 @@ def _finish(notification: Notification, state: str, error: str = "", now: dateti
     notification.state, notification.last_error = state, error[:2000]
     if state == NotificationState.DELIVERED:
         notification.delivered_at = now or timezone.now()
-    notification.save(update_fields=["state", "last_error", "delivered_at"])
+    # An update, not a save: the channel (and its outbox) may have been deleted during the send.
+    Notification.objects.filter(pk=notification.pk).update(
+        state=notification.state, last_error=notification.last_error, delivered_at=notification.delivered_at)
 
 
 def deliver(notification_id: int, now: datetime | None = None) -> Delivery | None:
-    """Send one due notification. Returns None when it is not due or another worker holds it."""
+    """Send one due notification. Returns None when it is not due, another worker holds it, or its channel
+    was deleted during the send."""
     now = now or timezone.now()
     notification = _claim(notification_id, now)
     if notification is None:
@@ -224,10 +238,17 @@ def deliver(notification_id: int, now: datetime | None = None) -> Delivery | Non
         _finish(notification, NotificationState.SKIPPED, safe_error(notification.channel, str(exc), notification))
     except TransportError as exc:
         _record_failure(notification, exc, now)
+    except Exception as exc:  # a bug of ours (a message the client library refuses to build): retried, then failed
+        logger.exception("notification %s: the transport raised", notification.pk)
+        _record_failure(notification, TransportError(f"{exc.__class__.__name__}: {exc}"), now)
     else:
-        transport.delivered(notification)
-        _finish(notification, NotificationState.DELIVERED, now=now)
-        Channel.objects.filter(pk=notification.channel_id).update(last_delivered_at=now)
+        with transaction.atomic():
+            # The channel may have been deleted during the send (its outbox with it): nothing to record.
+            if not Channel.objects.select_for_update().filter(pk=notification.channel_id).exists():
+                return None
+            transport.delivered(notification)
+            _finish(notification, NotificationState.DELIVERED, now=now)
+            Channel.objects.filter(pk=notification.channel_id).update(last_delivered_at=now)
         if notification.kind == NotificationKind.ALERT_FIRING:
             from incidents import alerts  # alerts build on this module
 
@@ -271,7 +292,8 @@ def _record_failure(notification: Notification, exc: TransportError, now: dateti
             _finish(notification, NotificationState.FAILED, error)
         else:
             notification.last_error, notification.next_attempt_at = error, now + backoff(notification.attempts)
-            notification.save(update_fields=["last_error", "next_attempt_at"])
+            Notification.objects.filter(pk=notification.pk).update(last_error=error,
+                                                                   next_attempt_at=notification.next_attempt_at)
         Channel.objects.filter(pk=channel.pk).update(last_error=error, last_error_at=now)
         if exc.permanent and exc.disables_channel:
             disable_channel(channel, error)
@@ -297,9 +319,15 @@ def enable_channel(channel: Channel, actor: core.Actor) -> None:
             core.record(actor, "enable_channel", channel, after={"name": channel.name}, team=channel.team)
 
 
+def generates_secret(kind: str, raw_settings: dict[str, Any]) -> bool:
+    """Whether `create_channel` generates this channel's signing secret: shown once to its creator, the
+    receiver needs it to check `X-Headroom-Signature`, and it is never read back after."""
+    return kind == ChannelKind.WEBHOOK and not raw_settings.get("secret")
+
+
 def create_channel(team: Team, name: str, kind: str, raw_settings: dict[str, Any], actor: core.Actor) -> Channel:
     """Validate and save a channel. A webhook without a secret gets a generated one."""
-    if kind == ChannelKind.WEBHOOK and not raw_settings.get("secret"):
+    if generates_secret(kind, raw_settings):
         raw_settings = raw_settings | {"secret": secrets.token_urlsafe(32)}
     channel = Channel(team=team, name=name, kind=kind, settings=raw_settings)
     try:
@@ -307,7 +335,11 @@ def create_channel(team: Team, name: str, kind: str, raw_settings: dict[str, Any
     except ValueError as exc:
         raise InvalidChannelSettings(str(exc)) from exc
     with transaction.atomic():
-        channel.save()
+        try:
+            with transaction.atomic():
+                channel.save()
+        except IntegrityError:  # the name, taken by another request first (or before: the form does not check)
+            raise ChannelNameTaken(f"Team {team} already has a channel named {name!r}.") from None
         # The settings hold a webhook address and maybe a secret: the audit log keeps neither.
         core.record(actor, "create", channel, after={"name": name, "kind": kind}, team=team)
     return channel
@@ -335,7 +367,12 @@ def link_slack_user(user: AbstractBaseUser, slack_user_id: str, actor: core.Acto
                 raise NotificationError("That Slack user is linked to another Headroom user; an admin can move it.")
             holder.delete()
         before = core.snapshot(SlackIdentity.objects.filter(user=user).first())
-        identity, _ = SlackIdentity.objects.update_or_create(user=user, defaults={"slack_user_id": slack_user_id})
+        try:
+            with transaction.atomic():  # a savepoint: the race below leaves the outer transaction usable
+                identity, _ = SlackIdentity.objects.update_or_create(user=user, defaults={"slack_user_id": slack_user_id})
+        except IntegrityError:
+            # Another user linked the same Slack ID between our read and our write (no row to lock before).
+            raise NotificationError("That Slack user is linked to another Headroom user; an admin can move it.") from None
         core.record(actor, "link_slack", identity, before=before)
     return identity
 

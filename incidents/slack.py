@@ -36,8 +36,8 @@ def signature_problem(body: bytes, timestamp: str | None, signature: str | None,
         return "no signing secret is configured"  # an empty key would let anyone sign
     if not timestamp or not signature:
         return "missing X-Slack-Request-Timestamp or X-Slack-Signature"
-    if not timestamp.isdigit():
-        return "the timestamp is not a number"
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):  # '²' is a digit to isdigit
+        return "the timestamp is not a number of seconds"
     if abs(now.timestamp() - int(timestamp)) > SIGNATURE_WINDOW.total_seconds():
         return "the timestamp is more than 5 minutes away from now"
     base = b"v0:" + timestamp.encode() + b":" + body
@@ -71,7 +71,7 @@ def parse_click(raw_payload: str) -> Click | None:
         payload = json.loads(raw_payload)
         action = payload["actions"][0]
         user_id = _text(payload["user"]["id"], 32)
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return None
     # Signed is not well-formed: any JSON can arrive here, so every field's type is checked.
     if not isinstance(payload, dict) or not isinstance(action, dict) or payload.get("type") != "block_actions":

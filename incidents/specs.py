@@ -43,7 +43,10 @@ class QuietRule:
     def parse(cls, raw: Any) -> QuietRule:
         if not isinstance(raw, dict):
             raise SpecError("each quiet rule must be an object like {\"tiers\": [\"batch\"]}")
-        tiers = frozenset(raw.get("tiers") or ())
+        raw_tiers = raw.get("tiers") or []
+        if not isinstance(raw_tiers, list) or not all(isinstance(tier, str) for tier in raw_tiers):
+            raise SpecError(f"quiet.tiers must be a list of tier names among {', '.join(PriorityTier.values)}")
+        tiers = frozenset(raw_tiers)
         unknown = tiers - set(PriorityTier.values)
         if not tiers or unknown:
             raise SpecError(f"quiet.tiers must name tiers among {', '.join(PriorityTier.values)}; got {sorted(tiers)}")

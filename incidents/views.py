@@ -60,12 +60,16 @@ def channel_create(request: HttpRequest) -> HttpResponse:
     form = ChannelForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        raw = form.raw_settings()
         try:
-            services.create_channel(data["team"], data["name"], data["kind"], form.raw_settings(),
-                                    core.Actor.from_request(request, ActorChannel.WEB))
+            channel = services.create_channel(data["team"], data["name"], data["kind"], raw,
+                                              core.Actor.from_request(request, ActorChannel.WEB))
         except services.NotificationError as exc:
-            form.add_error(None, str(exc))
+            form.add_error("name" if isinstance(exc, services.ChannelNameTaken) else None, str(exc))
         else:
+            if services.generates_secret(data["kind"], raw):  # shown once: the receiver needs it to verify
+                return render(request, "incidents/channel_created.html", {"channel": channel,
+                                                                          "secret": channel.settings["secret"]})
             return redirect("incidents:channels")
     return render(request, "incidents/channel_form.html", {"form": form})
 

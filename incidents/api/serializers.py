@@ -36,6 +36,15 @@ class ChannelSerializer(serializers.ModelSerializer):
             return ""
 
 
+class CreatedChannelSerializer(ChannelSerializer):
+    generated_secret = serializers.CharField(
+        read_only=True, required=False,
+        help_text="A webhook created without a secret: the one generated for it, in this answer only.")
+
+    class Meta(ChannelSerializer.Meta):
+        fields = [*ChannelSerializer.Meta.fields, "generated_secret"]
+
+
 class NotificationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Notification

@@ -49,6 +49,7 @@ class ChannelViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMode
     filterset_class = ChannelFilter
     action_roles = {"create": Role.ADMIN, "destroy": Role.ADMIN, "enable": Role.ADMIN}
 
+    @extend_schema(request=serializers.ChannelSerializer, responses={201: serializers.CreatedChannelSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         incoming = self.get_serializer(data=request.data)
         incoming.is_valid(raise_exception=True)
@@ -56,7 +57,10 @@ class ChannelViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMode
         if not core.has_role(request.user, data["team"], Role.ADMIN):
             raise PermissionDenied(f"Adding a channel needs the admin role in team {data['team']}.")
         channel = services.create_channel(data["team"], data["name"], data["kind"], data["settings"], self.actor)
-        return Response(self.get_serializer(channel).data, status=status.HTTP_201_CREATED)
+        body = self.get_serializer(channel).data
+        if services.generates_secret(data["kind"], data["settings"]):
+            body["generated_secret"] = channel.settings["secret"]
+        return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: Channel) -> None:
         services.delete_channel(instance, self.actor)

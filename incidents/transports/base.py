@@ -25,6 +25,15 @@ class TransportError(Exception):
         self.disables_channel = permanent if disables_channel is None else disables_channel
 
 
+ADDRESS_REFUSED = (401, 403, 404, 410)
+
+
+def answer_detail(answer: outbound.Answer, limit: int) -> str:
+    """The receiver's answer, fit to store and show: our secret path and query taken out (a receiver may
+    echo them) before it is cut to `limit` characters, so no cut leaves a piece of the secret unmatched."""
+    return outbound.redact(answer.text, answer.url)[:limit]
+
+
 class NothingToSend(Exception):
     """This notification has become moot (the reason says why); it is skipped, not failed."""
 
@@ -63,10 +72,13 @@ class Transport:
     def raise_for_answer(self, answer: outbound.Answer) -> None:
         if 200 <= answer.status < 300:
             return
-        # 5xx and 429 are the receiver's trouble: retry. Other 4xx will not change by retrying.
+        # 5xx and 429 are the receiver's trouble: retry. Other 4xx will not change by retrying; of those,
+        # only an address that is gone or refuses us stops the channel: a receiver that refuses one payload
+        # (400, 413, 422) may take the next, a P0 page among them.
         permanent = 400 <= answer.status < 500 and answer.status not in (408, 429)
-        detail = outbound.redact(answer.text[:200], answer.url)  # a receiver may echo our (secret) path
-        raise TransportError(f"{answer.status} from {outbound.origin(answer.url)}: {detail}", permanent=permanent)
+        detail = answer_detail(answer, 200)
+        raise TransportError(f"{answer.status} from {outbound.origin(answer.url)}: {detail}", permanent=permanent,
+                             disables_channel=answer.status in ADDRESS_REFUSED)
 
     def post_json(self, url: str, payload: dict[str, Any], headers: dict[str, str] | None = None,
                   body: bytes | None = None) -> outbound.Answer:

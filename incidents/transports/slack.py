@@ -23,7 +23,7 @@ from incidents.choices import IncidentState, NotificationKind
 from incidents.messages import AlertFacts, ProposalFacts, alert_facts, proposal_facts
 from incidents.models import Notification, SlackMessage
 from incidents.specs import SlackSpec
-from incidents.transports.base import NothingToSend, Transport, TransportError, render
+from incidents.transports.base import NothingToSend, Transport, TransportError, answer_detail, render
 
 # Slack lets a response_url edit a message 5 times within 30 minutes.
 RESPONSE_URL_LIFETIME = timedelta(minutes=30)
@@ -49,10 +49,20 @@ def parse_block_id(block_id: str) -> int | None:
     return None
 
 
+SECTION_TEXT_MAX = 3000  # Slack's limit on a section's text; slack_sdk refuses to build a longer one
+
+
+def _section(text: str) -> SectionBlock:
+    """A section of rendered text, cut to Slack's limit (escaping can lengthen a reason past it)."""
+    if len(text) > SECTION_TEXT_MAX:
+        text = text[: SECTION_TEXT_MAX - 1] + "…"
+    return SectionBlock(text=MarkdownTextObject(text=text))
+
+
 def proposal_blocks(facts: ProposalFacts, channel_id: int, *, reminder: bool = False) -> list[Block]:
     blocks: list[Block] = [
         HeaderBlock(text=render("slack/header.txt", facts=facts, reminder=reminder)[:150]),
-        SectionBlock(text=MarkdownTextObject(text=render("slack/proposal.txt", facts=facts))),
+        _section(render("slack/proposal.txt", facts=facts)),
         ContextBlock(elements=[MarkdownTextObject(text=render("slack/state.txt", facts=facts))]),
     ]
     if facts.pending:
@@ -90,7 +100,7 @@ def incident_buttons(facts: AlertFacts) -> list[ButtonElement]:
 
 def alert_message(facts: AlertFacts, channel_id: int) -> dict[str, Any]:
     blocks: list[Block] = [
-        SectionBlock(text=MarkdownTextObject(text=render("slack/alert.txt", facts=facts))),
+        _section(render("slack/alert.txt", facts=facts)),
         ContextBlock(elements=[MarkdownTextObject(text=render("slack/alert_context.txt", facts=facts))]),
     ]
     if facts.incident_actions:
@@ -145,7 +155,7 @@ class SlackTransport(Transport):
     def raise_for_answer(self, answer: outbound.Answer) -> None:
         if 200 <= answer.status < 300:
             return
-        detail = f"Slack answered {answer.status} {answer.text[:100]}".strip()
+        detail = f"Slack answered {answer.status} {answer_detail(answer, 100)}".strip()
         if answer.status in GONE or answer.text.strip() == "invalid_token":
             raise TransportError(detail, permanent=True)
         if answer.status == 400:
