@@ -24,6 +24,7 @@ from scaling.sim.profiles import SCHEDULING_POLICIES, PoolProfile
 from sandbox.fleet import Fleet
 from sandbox.kube import resources as res
 from sandbox.kube.errors import ApiError
+from sandbox.kube import rbac
 from sandbox.kube.server import KubeApiServer
 from sandbox.kube.store import Object, ObjectStore, now_rfc3339
 from sandbox.replica import EmulatedReplica, ReplicaState
@@ -77,6 +78,7 @@ class SandboxCluster:
         self.route_namespace = route_namespace
         self.restart_delay_s = restart_delay_s  # model seconds a dead container waits to restart
         self.api = KubeApiServer(self.store)
+        self.api.rbac = rbac.cluster_role_grants()  # Headroom may do here only what the shipped role grants
         self.api.pod_fault_hook = self._pod_faults
         self.pools: dict[tuple[str, str], PoolSpec] = {}
         self._pods: dict[tuple[str, str], list[_PodRecord]] = {}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
+REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
            410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 500: "InternalError"}
 
 

@@ -3,7 +3,8 @@
 Serves discovery, Deployments (+ /scale, /status), Pods, Services, Namespaces, Gateway API
 HTTPRoutes, Istio VirtualServices and KEDA ScaledObjects: get, list (label and field selectors), update (PUT) and patch
 (merge, JSON, and strategic merge for built-in kinds only; a CRD answers 415 to strategic merge,
-as a real cluster does), and watch. No auth. Sandbox-only control routes live under /sandbox/.
+as a real cluster does), and watch. Optionally a bearer token (`required_token`) and RBAC (`rbac`: the
+shipped ClusterRole, which `SandboxCluster` turns on). Sandbox-only control routes live under /sandbox/.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from sandbox.httpserver import QuietHandler, QuietHTTPServer
-from sandbox.kube import resources, tables
+from sandbox.kube import rbac, resources, tables
 from sandbox.kube.errors import ApiError
 from sandbox.kube.patch import PatchError, json_patch, merge_patch
 from sandbox.kube.resources import ResourceType
@@ -90,6 +91,8 @@ class KubeApiServer:
         # When set, every API request must carry "Authorization: Bearer <token>" (401 otherwise),
         # as a real API server does for a service account or a kubeconfig user.
         self.required_token: str | None = None
+        # When set, every API request is authorized against these grants (sandbox/kube/rbac.py), 403 otherwise.
+        self.rbac: frozenset[rbac.Grant] | None = None
         self.host = host
         self._httpd = _Server((host, port), _Handler)
         self._httpd.api = self
@@ -160,14 +163,16 @@ class _Handler(QuietHandler):
             if parts[:1] == ["sandbox"]:
                 self._send(200, self._sandbox(method, parts[1:], body))
                 return
-            if api.required_token is not None and self.headers.get("Authorization") != f"Bearer {api.required_token}":
+            as_admin = self.headers.get("Authorization") == f"Bearer {rbac.ADMIN_TOKEN}"
+            if (api.required_token is not None and not as_admin
+                    and self.headers.get("Authorization") != f"Bearer {api.required_token}"):
                 raise ApiError(401, "Unauthorized")
             if api.faults.latency_s > 0:
                 time.sleep(api.faults.latency_s)
             injected = api.take_fault(method)
             if injected is not None:
                 raise injected
-            answer = self._api(method, parts, query, body)
+            answer = self._api(method, parts, query, body, as_admin)
             if method in ("PUT", "PATCH", "POST") and api.faults.late_write_answer_s > 0:
                 time.sleep(api.faults.late_write_answer_s)  # the write landed; the client may give up first
             if answer is not STREAMED:
@@ -191,13 +196,26 @@ class _Handler(QuietHandler):
             raise ApiError(400, f"the body of the request is not valid JSON: {error}") from None
 
     # --- the Kubernetes API ----------------------------------------------------------------
-    def _api(self, method: str, parts: list[str], query: dict[str, str], body: bytes) -> Any:
+    def _authorize(self, method: str, route: Route, query: dict[str, str]) -> None:
+        grants = self.server.api.rbac
+        if grants is None:
+            return
+        resource = route.resource.plural + (f"/{route.subresource}" if route.subresource else "")
+        verb = rbac.verb_of(method, route.name is not None, (query.get("watch") or "").lower() in ("1", "true"))
+        refused = rbac.refusal(grants, route.resource.group, resource, verb, route.name or "", route.namespace)
+        if refused:
+            raise ApiError(403, refused, reason="Forbidden", name=route.name or "", group=route.resource.group,
+                           kind=route.resource.plural)
+
+    def _api(self, method: str, parts: list[str], query: dict[str, str], body: bytes, as_admin: bool = False) -> Any:
         discovery = self._discovery(parts) if method == "GET" else None
         if discovery is not None:
             return discovery
         route = parse_path(parts)
         if route is None:
             raise ApiError(404, "the server could not find the requested resource")
+        if not as_admin:
+            self._authorize(method, route, query)
         if route.name is None:
             if method != "GET":
                 raise ApiError(405, f"the server does not allow this method on {route.resource.key}")

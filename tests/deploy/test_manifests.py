@@ -110,7 +110,7 @@ def test_rbac_grants_exactly_what_headroom_uses() -> None:
     rules = {(group, resource): set(rule["verbs"]) for rule in _one("ClusterRole", "headroom-controller")["rules"]
              for group in rule["apiGroups"] for resource in rule["resources"]}
     assert rules == {
-        ("", "pods"): {"get", "list", "watch"},
+        ("", "pods"): {"get", "list", "watch", "patch"},
         ("apps", "deployments"): {"get", "list", "watch"},
         ("apps", "deployments/scale"): {"get", "patch", "update"},
         ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "patch"},

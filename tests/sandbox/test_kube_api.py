@@ -16,6 +16,7 @@ from scaling.sim.profiles import PoolProfile
 from sandbox.clock import ManualClock
 from sandbox.fleet import Fleet
 from sandbox.kube.cluster import RECONCILE_INTERVAL_S, PoolSpec, SandboxCluster
+from sandbox.kube.rbac import admin_client
 from sandbox.replica import wait_until
 
 NS = "sandbox"
@@ -41,7 +42,7 @@ def cluster(clock: ManualClock, small_profile: PoolProfile) -> Iterator[SandboxC
 
 @pytest.fixture
 def api(cluster: SandboxCluster) -> client.ApiClient:
-    return client.ApiClient(client.Configuration(host=cluster.url))
+    return admin_client(cluster.url)  # the API's own behaviour, not Headroom's role (tests/drivers/test_rbac.py)
 
 
 def _pods(api: client.ApiClient, name: str) -> list[client.V1Pod]:

@@ -265,9 +265,11 @@ def test_when_another_team_edits_the_deployments_max_num_seqs_the_next_read_foll
 
     from kubernetes import client
 
+    from sandbox.kube.rbac import admin_client
+
     settings.PROMETHEUS_ENABLED = False
     now = datetime(2026, 12, 3, 12, 0, tzinfo=tz.utc)
-    apps = client.AppsV1Api(client.ApiClient(client.Configuration(host=kube.url)))
+    apps = client.AppsV1Api(admin_client(kube.url))  # another team, with its own rights on the Deployment
 
     def edit_args(args: list[str]) -> None:
         body = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
