@@ -34,6 +34,10 @@ app.conf.beat_schedule = {
     # Alert rules from the loop's last tick, and the heartbeat that notices the loop itself stopped. It runs
     # apart from the tick on purpose: a dead tick cannot report its own death. 15 s: one scrape, one tick.
     "evaluate-alerts": {"task": "incidents.tasks.evaluate_alerts", "schedule": 15.0, "options": {"expires": 14}},
+    # Warm-pool reports whose worker died (running past their 30-min lease) or whose task was lost (pending
+    # 10 min) go to a worker again. A minute is plenty against a 30-minute lease; handing one out twice is harmless.
+    "retake-stalled-reports": {"task": "scaling.tasks.retake_stalled_reports", "schedule": 60.0,
+                               "options": {"expires": 55}},
     # One reminder per pending proposal a few minutes before expiry; minute resolution is plenty.
     "remind-pending-proposals": {"task": "incidents.tasks.remind_proposals", "schedule": 60.0, "options": {"expires": 55}},
 }

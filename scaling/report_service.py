@@ -7,6 +7,7 @@ writes the progress on the row. Kept apart from `scaling/services.py` (the propo
 """
 from __future__ import annotations
 
+import logging
 import math
 import tempfile
 import threading
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from controlplane import services as core
@@ -35,10 +36,18 @@ from scaling.sim.workload import Workload
 if TYPE_CHECKING:
     from incidents.models import Incident
 
+logger = logging.getLogger(__name__)
+
 MAX_DAYS = 9.0  # stored samples are kept SIGNAL_SAMPLE_RETENTION_DAYS (9 by default; scaling/loop.py prune_samples)
 MIN_DAYS = 0.01  # about a quarter of an hour
 MAX_TRACE_BYTES = 50 * 1024 * 1024
-RUN_LEASE = timedelta(minutes=30)  # a worker that died mid-report frees it after this
+RUN_LEASE = timedelta(minutes=30)  # a worker that died mid-report frees it after this; each progress write renews it
+# A pending report no worker took in this long lost its task (a broker outage, a CLI killed before it
+# started): the sweep hands it to a worker again.
+PENDING_PICKUP = timedelta(minutes=10)
+# A report asked for this long ago that is still not done killed its worker every time: the sweep ends it
+# instead of handing it out again, so one poisonous report cannot take workers down forever.
+GIVE_UP_AFTER = timedelta(hours=6)
 PROGRESS_EVERY_S = 1.0  # percent done is written at most this often
 COLD_STARTS_READ = 200  # the most recent measurements make the distribution
 WHAT_IF_WARMUP_S = 1800.0  # an incident's replay starts this long before its window (seen, not scored)
@@ -73,12 +82,24 @@ def check_days(days: float) -> float:
     return float(days)
 
 
-def check_trace(name: str, data: bytes) -> Workload:
-    """Parse an uploaded trace (any format the replay reads); a malformed one names line and column."""
+class _UploadedTraceError(TraceFormatError):
+    """A loader's error with the temporary copy's path replaced by the name the person sent."""
+
+    def __init__(self, message: str) -> None:
+        ValueError.__init__(self, message)
+
+
+class _RunLost(Exception):
+    """The run is no longer this worker's: its lease ran out and another took it, or the report is gone."""
+
+
+def check_trace(name: str, data: bytes, days: float = reports.DEFAULT_DAYS) -> Workload:
+    """Parse an uploaded trace (any format the replay reads) and check its last `days` as the run will;
+    a malformed one names line and column, one that cannot be replayed says why."""
     if len(data) > MAX_TRACE_BYTES:
         raise ReportRequestError(f"the trace is {len(data) / 1e6:.0f} MB; at most {MAX_TRACE_BYTES / 1e6:.0f} MB", "trace")
     try:
-        return _load_trace_bytes(name, data)
+        return reports.replayable_window(_load_trace_bytes(name, data), days, reports.WARMUP_S)
     except (TraceFormatError, ValueError) as exc:
         raise ReportRequestError(f"the trace cannot be read: {exc}", "trace") from None
 
@@ -88,13 +109,25 @@ def _load_trace_bytes(name: str, data: bytes) -> Workload:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"trace{suffix}"
         path.write_bytes(data)
-        try:
-            workload = load_trace(path)
-        except TraceFormatError as exc:  # name the file the person sent, not the temporary copy
-            raise TraceFormatError(name, None, None, str(exc).replace(f"{path}, ", "", 1)) from None
+        try:  # an archive may unpack to no more than a plain trace may weigh
+            workload = load_trace(path, max_unpacked_bytes=MAX_TRACE_BYTES)
+        except TraceFormatError as exc:  # name the file the person sent (and its members), never the copy
+            message = str(exc)
+            if message.startswith(f"{path}, "):  # "NAME: line 3, column 2: ..."
+                message = f"{name}: {message.removeprefix(f'{path}, ')}"
+            raise _UploadedTraceError(message.replace(str(path), name)) from None
     if workload.expected_requests <= 0:
         raise TraceFormatError(name, None, None, "no requests in the trace")
     return workload
+
+
+def _fitting_trace_name(name: str) -> str:
+    """The uploaded name cut to the column's width, keeping its ending (the format is read from it)."""
+    width = WarmPoolReport._meta.get_field("trace_name").max_length
+    if len(name) <= width:
+        return name
+    ending = name[-20:]
+    return name[:width - len(ending) - 1] + "…" + ending
 
 
 def request_report(pool: Pool, actor: core.Actor, *, days: float = reports.DEFAULT_DAYS,
@@ -115,7 +148,8 @@ def request_report(pool: Pool, actor: core.Actor, *, days: float = reports.DEFAU
         if not 0 <= size <= 100:
             raise ReportRequestError(f"sizes: {size:g} is outside 0-100 (percent of the expected peak)", "sizes")
     if trace_data is not None:
-        check_trace(trace_name or "trace.csv", trace_data)
+        trace_name = _fitting_trace_name(trace_name or "trace.csv")
+        check_trace(trace_name, trace_data, days)
     with transaction.atomic():
         report = WarmPoolReport.objects.create(
             pool=pool, days=days, sizes_pct=[float(size) for size in sizes_pct], trace_name=trace_name if trace_data else "",
@@ -178,12 +212,13 @@ def request_what_if(incident: "Incident", actor: core.Actor, *,
     return report
 
 
-def _enqueue(report_id: int) -> None:
-    """A worker takes it; without Celery (the embedded demo) a thread does, so the page can show progress."""
+def _enqueue(report_id: int, expires_s: float | None = None) -> None:
+    """A worker takes it; without Celery (the embedded demo) a thread does, so the page can show progress.
+    `expires_s`: a task still queued after it is dropped (the sweep hands the report out again if need be)."""
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         from scaling.tasks import run_warm_pool_report
 
-        run_warm_pool_report.delay(report_id)
+        run_warm_pool_report.apply_async((report_id,), expires=expires_s)
         return
 
     def run_here() -> None:
@@ -200,26 +235,52 @@ def _enqueue(report_id: int) -> None:
 
 def take(report_id: int, now: datetime | None = None) -> bool:
     """pending (or running with its lease run out) → running; False when another worker has it."""
+    return _take(report_id, now) is not None
+
+
+def _take(report_id: int, now: datetime | None = None) -> datetime | None:
+    """The run's `started_at`, which names its owner: progress and the end are written only while it is
+    still the row's (another worker may have taken the report after this one's lease ran out)."""
     now = now or timezone.now()
     # One UPDATE whose WHERE is on the row itself: a second worker waits for the first one's lock and
     # then finds the row no longer free (PostgreSQL re-checks it), so a report runs once.
     free = Q(state=ReportState.PENDING) | Q(state=ReportState.RUNNING, lease_until__lt=now)
-    return WarmPoolReport.objects.filter(free, pk=report_id).update(
-        state=ReportState.RUNNING, started_at=now, lease_until=now + RUN_LEASE, percent_done=0, error="") == 1
+    taken = WarmPoolReport.objects.filter(free, pk=report_id).update(
+        state=ReportState.RUNNING, started_at=now, lease_until=now + RUN_LEASE, percent_done=0, error="")
+    return now if taken == 1 else None
 
 
-def _finish(report_id: int, state: str, **fields: object) -> None:
-    WarmPoolReport.objects.filter(pk=report_id, state=ReportState.RUNNING).update(
-        state=state, finished_at=timezone.now(), lease_until=None, **fields)
+def _owned(report_id: int, owner: datetime) -> QuerySet[WarmPoolReport]:
+    return WarmPoolReport.objects.filter(pk=report_id, state=ReportState.RUNNING, started_at=owner)
 
 
-def run(report_id: int, workers: int = 1, progress: Callable[[float], None] | None = None) -> WarmPoolReport:
-    """Run a pending report to its end; the row carries the percent done while it runs.
+def _finish(report_id: int, owner: datetime, state: str, **fields: object) -> bool:
+    return _owned(report_id, owner).update(state=state, finished_at=timezone.now(), lease_until=None, **fields) == 1
 
-    Bad inputs (no history, a gap, a malformed trace) end it as failed with a sentence saying why."""
-    if not take(report_id):
-        return WarmPoolReport.objects.get(pk=report_id)
-    report = WarmPoolReport.objects.select_related("pool__cluster").get(pk=report_id)
+
+def _store_result(report_id: int, owner: datetime, result: dict[str, object]) -> None:
+    """Succeeded with its result; a result the database refuses ends it failed instead of running forever."""
+    try:
+        with transaction.atomic():  # a savepoint: the refused write must not spoil the one after it
+            _finish(report_id, owner, ReportState.SUCCEEDED, result=reports.json_safe(result), percent_done=100)
+    except DatabaseError as exc:
+        logger.exception("storing warm-pool report #%s's result failed", report_id)
+        _finish(report_id, owner, ReportState.FAILED,
+                error=f"the result could not be stored ({type(exc).__name__}); ask for the report again")
+
+
+def run(report_id: int, workers: int = 1, progress: Callable[[float], None] | None = None) -> WarmPoolReport | None:
+    """Run a pending report to its end; the row carries the percent done while it runs, and each
+    write of it renews the run's lease. None when the report is gone (its pool was deleted).
+
+    Bad inputs (no history, a gap, a malformed trace) end it as failed with a sentence saying why;
+    an interruption (Ctrl-C in the command) as failed, "interrupted"."""
+    owner = _take(report_id)
+    if owner is None:
+        return WarmPoolReport.objects.filter(pk=report_id).first()
+    report = WarmPoolReport.objects.select_related("pool__cluster").filter(pk=report_id).first()
+    if report is None:
+        return None
     last_write = [0.0]
 
     def on_progress(share: float) -> None:
@@ -227,20 +288,51 @@ def run(report_id: int, workers: int = 1, progress: Callable[[float], None] | No
             progress(share)
         if time.monotonic() - last_write[0] >= PROGRESS_EVERY_S or share >= 1.0:
             last_write[0] = time.monotonic()
-            WarmPoolReport.objects.filter(pk=report_id, state=ReportState.RUNNING).update(
-                percent_done=min(99, int(share * 100)))
+            renewed = _owned(report_id, owner).update(percent_done=min(99, int(share * 100)),
+                                                      lease_until=timezone.now() + RUN_LEASE)
+            if not renewed:
+                raise _RunLost
 
     try:
         inputs = inputs_for(report)
         result = reports.run_report(inputs.workload, inputs.spec, on_progress, inputs.recorded, workers=workers)
+    except _RunLost:
+        logger.info("warm-pool report #%s was taken by another worker or deleted; this run stops", report_id)
     except (reports.ReportInputError, ReportRequestError, TraceFormatError) as exc:
-        _finish(report_id, ReportState.FAILED, error=str(exc))
+        _finish(report_id, owner, ReportState.FAILED, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - the row must end; the worker's log keeps the traceback
-        _finish(report_id, ReportState.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+        if _finish(report_id, owner, ReportState.FAILED, error=f"internal error: {type(exc).__name__}: {exc}"):
+            raise
+        # The report was deleted (with its pool) or taken by another worker under this run: nobody waits for it.
+        logger.info("warm-pool report #%s is gone or another worker's; this run stopped on %r", report_id, exc)
+    except KeyboardInterrupt:  # a person stopped it (Ctrl-C in the command): the row must not stay running
+        _finish(report_id, owner, ReportState.FAILED, error="interrupted: the run was stopped before its end")
         raise
+    # A worker that exits mid-run (SystemExit, a kill) leaves the row running: the sweep hands it out again
+    # once its lease runs out (`retake_stalled`).
     else:
-        _finish(report_id, ReportState.SUCCEEDED, result=result.as_json(), percent_done=100)
-    return WarmPoolReport.objects.get(pk=report_id)
+        _store_result(report_id, owner, result.as_json())
+    return WarmPoolReport.objects.filter(pk=report_id).first()
+
+
+def retake_stalled(now: datetime | None = None) -> list[int]:
+    """The sweep: hand to a worker again every report whose run died (running past its lease) or whose
+    task was lost (pending for PENDING_PICKUP); end those asked for GIVE_UP_AFTER ago. Idempotent: a
+    report handed out twice still runs once (`take`), and a live run renews its lease."""
+    now = now or timezone.now()
+    stalled = WarmPoolReport.objects.filter(
+        Q(state=ReportState.RUNNING, lease_until__lt=now)
+        | Q(state=ReportState.PENDING, created_at__lt=now - PENDING_PICKUP))
+    given_up = stalled.filter(created_at__lt=now - GIVE_UP_AFTER).update(
+        state=ReportState.FAILED, finished_at=now, lease_until=None, error=(
+            f"no worker finished the report within {GIVE_UP_AFTER.total_seconds() / 3600:.0f} hours of asking "
+            "(its runs stopped each time); ask for it again"))
+    if given_up:
+        logger.warning("ended %s warm-pool report(s) that no worker finished", given_up)
+    report_ids = list(stalled.values_list("pk", flat=True).order_by("pk"))
+    for report_id in report_ids:  # a queue in backlog holds at most a few copies, then they expire
+        _enqueue(report_id, expires_s=PENDING_PICKUP.total_seconds())
+    return report_ids
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -317,8 +409,8 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
         mode = "request" if workload.expected_requests <= WHAT_IF_REQUEST_MODE_MAX else "fluid"
         what_if = True
     elif report.trace_name:
-        workload = reports.last_days(_load_trace_bytes(report.trace_name, bytes(report.trace_data or b"")),
-                                     report.days, reports.WARMUP_S)
+        workload = reports.replayable_window(_load_trace_bytes(report.trace_name, bytes(report.trace_data or b"")),
+                                             report.days, reports.WARMUP_S)
         source, start_s = f"the uploaded trace {report.trace_name}", None
     else:
         start_s = end.timestamp() - period_s

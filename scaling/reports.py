@@ -37,7 +37,7 @@ from scaling.sim.request_mode import run_request_mode
 from scaling.sim.result import SimResult
 from scaling.sim.route_mode import FallbackRoute, run_route_mode
 from scaling.sim.transforms import time_shift
-from scaling.sim.workload import RateTrace, Workload
+from scaling.sim.workload import RateTrace, Trace, Workload
 
 DEFAULT_SIZES_PCT = (0, 10, 20, 30, 40, 50, 60)  # of the expected peak; the current setting is added
 MAX_SIZES = 21  # every 5 % from 0 to 100: each size is a replay, and one request should not queue hours of them
@@ -308,6 +308,44 @@ def _longest_gap(known: np.ndarray) -> tuple[int, int] | None:
                 best = (run_start, position)
             run_start = None
     return best
+
+
+def replayable_window(workload: Workload, days: float, warmup_s: float) -> Workload:
+    """The last `days` of an uploaded trace, checked as the replay will read it: windows back to back,
+    and enough traffic after the warm-up to score. The upload is checked with it, so a trace the run
+    would refuse is refused when it is sent."""
+    if isinstance(workload, RateTrace):
+        _check_no_holes(workload)
+    window = last_days(workload, days, warmup_s)
+    if window.span_s <= warmup_s + RATE_BIN_S or window.expected_requests <= 0:
+        count = window.expected_requests
+        raise ReportInputError(
+            f"the last {days:g} days of the traffic hold {count:,.0f} request{'' if count == 1 else 's'} over "
+            f"{window.span_s:,.0f} s: too little for a {warmup_s:.0f}-s warm-up and a scored period"
+            f"{_late_outlier(workload, days)}")
+    return window
+
+
+def _check_no_holes(workload: RateTrace) -> None:
+    """Windows are replayed one after the other: a hole between two would be replayed as if absent."""
+    expected = workload.window_start_s[0] + np.arange(len(workload.rate_rps)) * workload.window_len_s
+    off = np.flatnonzero(np.abs(workload.window_start_s - expected) > 1e-6 * workload.window_len_s)
+    if off.size:
+        index = int(off[0])
+        raise ReportInputError(
+            f"window {index + 1} starts at {workload.window_start_s[index]:,.0f} s, not at {expected[index]:,.0f} s "
+            f"(the previous start + {workload.window_len_s:g} s): windows must follow one another without holes")
+
+
+def _late_outlier(workload: Workload, days: float) -> str:
+    """Names a last request far after the others (a mistyped timestamp), which the last days would hold alone."""
+    if not isinstance(workload, Trace) or len(workload) < 2:
+        return ""
+    gap_s = float(workload.arrival_s[-1] - workload.arrival_s[-2])
+    if gap_s <= days * DAY_S:
+        return ""
+    return (f"; its last request comes {gap_s / DAY_S:,.0f} days after the one before it "
+            f"(request {len(workload):,} by time): is that timestamp right?")
 
 
 def last_days(workload: Workload, days: float, warmup_s: float) -> Workload:
@@ -819,6 +857,21 @@ def _period(spec: ReportSpec, scored_s: float) -> dict[str, Any]:
             "end": None if start is None else datetime.fromtimestamp(start + scored_s, timezone.utc).isoformat()}
 
 
+def _finite(values: np.ndarray) -> np.ndarray:
+    return values[np.isfinite(values)]
+
+
+def json_safe(value: Any) -> Any:
+    """The report's JSON with every NaN or infinity as None: PostgreSQL's JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def _rounded(values: np.ndarray, digits: int = 2) -> list[float | None]:
     return [None if not math.isfinite(value) else round(float(value), digits) for value in values]
 
@@ -855,9 +908,9 @@ def observed_vs_replay(recorded: Recorded, rows: list[SizeResult], current: Minu
                        spec: ReportSpec) -> dict[str, Any] | None:
     """How the replay of the current setting compares with what the live pool recorded."""
     row = next(row for row in rows if row.current)
-    observed_p95 = np.asarray(recorded.ttft_p95_s, dtype=float) * 1000.0
-    predicted_p95 = current.ttft_p95_ms[np.isfinite(current.ttft_p95_ms)]
-    observed_ready = np.asarray(recorded.ready_replicas, dtype=float)
+    observed_p95 = _finite(np.asarray(recorded.ttft_p95_s, dtype=float) * 1000.0)  # a NaN sample says nothing
+    predicted_p95 = _finite(current.ttft_p95_ms)
+    observed_ready = _finite(np.asarray(recorded.ready_replicas, dtype=float))
     if not observed_p95.size and not observed_ready.size:
         return None
 

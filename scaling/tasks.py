@@ -57,6 +57,14 @@ def run_warm_pool_report(report_id: int) -> None:
 
 
 @shared_task(ignore_result=True)
+def retake_stalled_reports() -> None:
+    """Hand out again the warm-pool reports whose worker died (lease run out) or whose task was lost."""
+    from scaling import report_service
+
+    report_service.retake_stalled()
+
+
+@shared_task(ignore_result=True)
 def advance_fallbacks() -> None:
     """One fallback decision per pool with a policy, and the route writes it calls for."""
     from scaling import fallbacks

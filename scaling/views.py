@@ -268,6 +268,14 @@ def _report_context(report: WarmPoolReport) -> dict:
     return context
 
 
+def _days_from(text: str) -> float:
+    """The form's days (blank: the default); a word is refused naming the field, as the API does."""
+    try:
+        return float(text) if text.strip() else reports.DEFAULT_DAYS
+    except ValueError:
+        raise ValueError(f"days: {text!r} is not a number") from None
+
+
 @login_required
 def pool_reports(request: HttpRequest, pk: int) -> HttpResponse:
     """A pool's warm-pool reports, newest first, and the form that asks for a new one."""
@@ -279,7 +287,7 @@ def pool_reports(request: HttpRequest, pk: int) -> HttpResponse:
             raise PermissionDenied("Reports need the operator role in this pool's team.")
         try:
             sizes = reports.parse_sizes(request.POST.get("sizes", "") or "0,10,20,30,40,50,60")
-            days = float(request.POST.get("days", "") or reports.DEFAULT_DAYS)
+            days = _days_from(request.POST.get("days", ""))
             report = report_service.request_report(
                 pool, core.Actor.from_request(request, Channel.WEB), days=days, sizes_pct=sizes,
                 peak_basis=request.POST.get("peak_basis", PeakBasis.FORECAST))

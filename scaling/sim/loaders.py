@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import tarfile
+import zlib
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable
@@ -23,6 +24,9 @@ SERVEGEN_HEADER = "window_start_s,window_len_s,total_rate_rps,active_clients,rat
 SERVEGEN_CLIENT_COLUMNS = ["window_start_s", "rate_req_per_s", "cv_of_interarrival", "fitted_distribution", "shape", "scale"]
 # The largest number a field may hold: whole numbers up to it are exact as floats and fit the int64 columns.
 MAX_NUMBER = float(2**53)
+# An archive with more members than this is not a ServeGen client archive (those hold tens): refused
+# before its headers fill the memory.
+MAX_ARCHIVE_MEMBERS = 10_000
 
 
 class TraceFormatError(ValueError):
@@ -35,7 +39,9 @@ class TraceFormatError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-def load_trace(path: str | Path, fmt: str = "auto") -> Workload:
+def load_trace(path: str | Path, fmt: str = "auto", max_unpacked_bytes: int | None = None) -> Workload:
+    """`max_unpacked_bytes` bounds what an archive may unpack to, checked on its members' headers
+    before any is read (a small upload that unpacks to gigabytes is refused at once)."""
     path = Path(path)
     if fmt not in FORMATS:
         raise TraceFormatError(path, None, None, f"unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
@@ -49,10 +55,12 @@ def load_trace(path: str | Path, fmt: str = "auto") -> Workload:
         if fmt == "mooncake":
             return load_mooncake(path)
         if path.name.endswith((".tar.gz", ".tgz")):
-            return load_servegen_clients(path)
+            return load_servegen_clients(path, max_unpacked_bytes)
         return load_servegen_aggregate(path)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(path, None, None, f"not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r})") from None
+    except (EOFError, zlib.error, tarfile.TarError, OSError) as exc:  # a cut or corrupt archive, read lazily
+        raise TraceFormatError(path, None, None, f"cannot be read to its end: {str(exc) or type(exc).__name__}") from None
 
 
 def detect_format(path: Path) -> str:
@@ -66,7 +74,8 @@ def detect_format(path: Path) -> str:
         return "azure"
     if first.split(",")[:1] == ["window_start_s"]:
         return "servegen"
-    raise TraceFormatError(path, 1, None, "cannot tell the format from the first line; pass --format")
+    raise TraceFormatError(path, 1, None, "cannot tell the format from the first line: expected an Azure header "
+                                          "(TIMESTAMP,...), a ServeGen header (window_start_s,...) or a JSON object")
 
 
 def _rows(path: Path, text: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
@@ -136,6 +145,8 @@ def load_mooncake(path: Path) -> Trace:
                 record = json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(path, line, exc.colno, f"bad JSON: {exc.msg}") from None
+            except RecursionError:
+                raise TraceFormatError(path, line, None, "bad JSON: nested too deeply") from None
             if not isinstance(record, dict):
                 raise TraceFormatError(path, line, 1, "expected a JSON object")
             for key in ("timestamp", "input_length", "output_length"):
@@ -194,7 +205,7 @@ def load_servegen_aggregate(path: Path) -> RateTrace:
     return RateTrace(path.name, start - start[0], lengths[0], rate, cv=np.asarray(cvs))
 
 
-def load_servegen_clients(path: Path) -> RateTrace:
+def load_servegen_clients(path: Path, max_unpacked_bytes: int | None = None) -> RateTrace:
     try:
         archive = tarfile.open(path, "r:gz")
     except (tarfile.TarError, OSError) as exc:
@@ -202,7 +213,7 @@ def load_servegen_clients(path: Path) -> RateTrace:
     clients: list[ClientWindows] = []
     window_starts: np.ndarray | None = None
     with archive:
-        members = sorted((m for m in archive.getmembers() if m.isfile() and m.name.endswith(".csv")), key=lambda m: m.name)
+        members = _client_members(path, archive, max_unpacked_bytes)
         for member in members:
             extracted = archive.extractfile(member)
             assert extracted is not None
@@ -222,6 +233,22 @@ def load_servegen_clients(path: Path) -> RateTrace:
     clients = _fill_collection_gaps(clients)
     total = np.sum([c.rate_rps for c in clients], axis=0)
     return RateTrace(path.name, window_starts - window_starts[0], window_len, total, clients=clients)
+
+
+def _client_members(path: Path, archive: tarfile.TarFile, max_unpacked_bytes: int | None) -> list[tarfile.TarInfo]:
+    """The archive's client CSV files by name, its headers read one at a time: the count and the sizes
+    they declare are checked before the next member is unpacked."""
+    members: list[tarfile.TarInfo] = []
+    unpacked = 0
+    while (member := archive.next()) is not None:
+        if len(archive.members) > MAX_ARCHIVE_MEMBERS:
+            raise TraceFormatError(path, None, None, f"the archive holds more than {MAX_ARCHIVE_MEMBERS:,} members")
+        unpacked += member.size
+        if max_unpacked_bytes is not None and unpacked > max_unpacked_bytes:
+            raise TraceFormatError(path, None, None, f"the archive unpacks to more than {max_unpacked_bytes / 1e6:.0f} MB")
+        if member.isfile() and member.name.endswith(".csv"):
+            members.append(member)
+    return sorted(members, key=lambda m: m.name)
 
 
 def _fill_collection_gaps(clients: list[ClientWindows]) -> list[ClientWindows]:

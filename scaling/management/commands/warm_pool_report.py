@@ -7,6 +7,7 @@ charts and the CSV into `--out`.
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,31 @@ def write_files(report_id: int, result: dict[str, Any], folder: Path) -> list[Pa
     return [folder / name for name in files]
 
 
+def output_folder(given: str) -> Path:
+    """`--out`, made before the replay so that a bad one is not found after it."""
+    folder = Path(given)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--out: cannot use {folder} as a folder: {exc.strerror or exc}") from None
+    return folder
+
+
+def read_trace(given: str) -> tuple[str, bytes]:
+    """`--trace`'s name and bytes; its size is checked before anything is read."""
+    path = Path(given)
+    try:
+        status = path.stat()
+    except OSError:
+        raise CommandError(f"--trace: no such file: {path}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise CommandError(f"--trace: {path} is not a regular file")
+    if status.st_size > report_service.MAX_TRACE_BYTES:
+        raise CommandError(f"--trace: {path} is {status.st_size / 1e6:.0f} MB; at most "
+                           f"{report_service.MAX_TRACE_BYTES / 1e6:.0f} MB")
+    return path.name, path.read_bytes()
+
+
 class Command(BaseCommand):
     help = "Replay a pool's traffic at each warm-pool size and report cost against latency (docs/reports.md)."
 
@@ -101,24 +127,29 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         pool = find_pool(options["pool"])
+        # Every option is checked before the report row exists: a refused one leaves nothing behind.
+        if options["workers"] < 1:
+            raise CommandError("--workers must be at least 1")
         try:
             sizes = reports.parse_sizes(options["sizes"])
-            trace_name, trace_data = "", None
-            if options["trace"]:
-                path = Path(options["trace"])
-                if not path.is_file():
-                    raise CommandError(f"--trace: no such file: {path}")
-                trace_name, trace_data = path.name, path.read_bytes()
+            report_service.check_days(options["days"])
+            trace_name, trace_data = read_trace(options["trace"]) if options["trace"] else ("", None)
+            out = output_folder(options["out"])
             report = report_service.request_report(
                 pool, core.Actor(user=None, channel=Channel.CLI), days=options["days"], sizes_pct=sizes,
                 trace_name=trace_name, trace_data=trace_data, rate_scale=options["rate_scale"],
                 peak_basis=options["peak"], enqueue=False)
         except (reports.ReportInputError, report_service.ReportRequestError) as exc:
             raise CommandError(str(exc)) from None
-        if options["workers"] < 1:
-            raise CommandError("--workers must be at least 1")
-        report = report_service.run(report.pk, workers=options["workers"], progress=self._bar)
+        try:
+            finished = report_service.run(report.pk, workers=options["workers"], progress=self._bar)
+        except KeyboardInterrupt:  # run() has ended the report failed, "interrupted"
+            sys.stderr.write("\n")
+            raise CommandError(f"report #{report.pk} interrupted", returncode=130) from None
         sys.stderr.write("\n")
+        if finished is None:
+            raise CommandError(f"report #{report.pk} is gone: its pool was deleted while it ran")
+        report = finished
         if report.state != ReportState.SUCCEEDED:
             raise CommandError(f"report #{report.pk} failed: {report.error}")
         result = report.result
@@ -133,7 +164,7 @@ class Command(BaseCommand):
             fallback = result.get("fallback") or {}
             if fallback and not fallback.get("replayed"):
                 self.stdout.write(f"Fallback {fallback['model']}: not replayed, {fallback['why_not']}.\n")
-        for path in write_files(report.pk, result, Path(options["out"])):
+        for path in write_files(report.pk, result, out):
             sys.stderr.write(f"wrote {path}\n")
         sys.stderr.write(f"report #{report.pk} took {result['wall_s']:.1f} s\n")
 
