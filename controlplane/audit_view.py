@@ -322,10 +322,14 @@ class RowPage:
         return self.number + 1
 
 
+# Far past any real log (an empty page there), and small enough that the OFFSET fits PostgreSQL's bigint.
+MAX_PAGE = 10**9
+
+
 def page_of(events: models.QuerySet, visible: models.QuerySet, number: str | int | None, per_page: int) -> RowPage:
-    """Page `number` (1 when it is not a whole number ≥ 1) of the rows of `events`."""
+    """Page `number` (1 when it is not a whole number ≥ 1, at most MAX_PAGE) of the rows of `events`."""
     try:
-        page = max(1, int(number or 1))
+        page = min(max(1, int(number or 1)), MAX_PAGE)
     except ValueError:
         page = 1
     start = (page - 1) * per_page

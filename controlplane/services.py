@@ -73,6 +73,18 @@ def visible_team_ids(user: AbstractBaseUser | AnonymousUser, min_role: str = Rol
     return Membership.objects.filter(user=user, role__in=roles).values("team_id")
 
 
+def team_ids_where(user: AbstractBaseUser | AnonymousUser, role: str) -> set[int] | None:
+    """Ids of the teams where the user holds `role` or more (None: every team, a superuser)."""
+    teams = visible_team_ids(user, min_role=role)
+    return None if teams is None else set(teams.values_list("team_id", flat=True))
+
+
+def holds_role_somewhere(user: AbstractBaseUser | AnonymousUser, role: str) -> bool:
+    """Whether a "New ..." form would offer the user any team to create in."""
+    teams = team_ids_where(user, role)
+    return teams is None or bool(teams)
+
+
 # --- team boundaries for actions ----------------------------------------------------------------
 
 

@@ -143,6 +143,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "controlplane.middleware.ContentSecurityPolicyMiddleware",
+    "controlplane.middleware.HtmxLoginRedirectMiddleware",  # inside the CSP one: its answers carry the header too
     "controlplane.middleware.DatabaseUnavailableMiddleware",
 ]
 
@@ -240,6 +241,7 @@ SPECTACULAR_SETTINGS = {
         "ReportStateEnum": "scaling.choices.ReportState",
         "PlaybookRunStepStateEnum": "incidents.choices.RunStepState",
         "PlaybookStepKindEnum": "incidents.choices.PlaybookStepKind",
+        "ChannelKindEnum": "incidents.choices.ChannelKind",
     },
     "COMPONENT_SPLIT_REQUEST": True,
     # The documented API speaks JSON (form bodies are still read, for the browsable API, but not promised).

@@ -114,8 +114,10 @@ def fleet(request: HttpRequest) -> HttpResponse:
         .get_page(request.GET.get("inventory_page"))
     context = {"pools": read, "inventory": inventory,
                "refresh_query": f"?page={read.number}&inventory_page={inventory.number}"}
-    template = "controlplane/_fleet_table.html" if request.htmx else "controlplane/fleet.html"
-    return render(request, template, context)
+    if request.htmx:
+        return render(request, "controlplane/_fleet_table.html", context)
+    context["can_create"] = services.holds_role_somewhere(request.user, Role.ADMIN)  # the pool form offers admin teams
+    return render(request, "controlplane/fleet.html", context)
 
 
 def _live_context(pool: Pool) -> dict:
@@ -169,8 +171,13 @@ def pool_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def clusters(request: HttpRequest) -> HttpResponse:
+    """The clusters the user can see; edit links only where they may edit (admins of the owning team)."""
     queryset = permissions.scoped(Cluster.objects.select_related("team"), request.user)
-    return render(request, "controlplane/clusters.html", {"clusters": queryset})
+    admin_teams = services.team_ids_where(request.user, Role.ADMIN)
+    rows = [{"cluster": cluster, "can_edit": admin_teams is None or cluster.team_id in admin_teams}
+            for cluster in queryset]
+    return render(request, "controlplane/clusters.html",
+                  {"rows": rows, "can_create": admin_teams is None or bool(admin_teams)})
 
 
 @login_required
@@ -180,11 +187,12 @@ def edit_object(request: HttpRequest, kind: str, pk: int | None = None) -> HttpR
     instance = get_object_or_404(permissions.scoped(model.objects.all(), request.user), pk=pk) if pk else None
     if instance is not None and not services.has_role(request.user, permissions.owning_team(instance), Role.ADMIN):
         raise PermissionDenied("You need the admin role in this team to change it.")
+    # Taken before the form is bound: validating writes the submitted values into the instance.
+    before = services.snapshot(instance) if request.method == "POST" else None
     initial = {key: value for key, value in request.GET.items() if key in form_class._meta.fields}
     form = form_class(request.POST or None, instance=instance, initial=initial, user=request.user)
     if request.method == "POST" and form.is_valid():
         obj = form.save(commit=False)
-        before = services.snapshot(instance) if instance else None
         try:
             with transaction.atomic():
                 permissions.check_may_write(request.user, obj, Role.ADMIN, lock=True)

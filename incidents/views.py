@@ -51,6 +51,7 @@ def channels(request: HttpRequest) -> HttpResponse:
     outbox = Notification.objects.filter(channel__in=visible).select_related("channel", "proposal__pool")[:50]
     rows = [{"channel": channel, "can_admin": core.has_role(request.user, channel.team, Role.ADMIN)} for channel in visible]
     return render(request, "incidents/channels.html", {"rows": rows, "outbox": outbox,
+                                                       "can_create": core.holds_role_somewhere(request.user, Role.ADMIN),
                                                        "slack_enabled": settings.SLACK_ENABLED,
                                                        "webhooks_enabled": settings.WEBHOOKS_ENABLED})
 
@@ -325,14 +326,31 @@ def playbook_step(request: HttpRequest, pk: int, run_pk: int, position: int, ver
 
 @login_required
 def playbook_list(request: HttpRequest) -> HttpResponse:
-    rows = permissions.scoped(Playbook.objects.select_related("team").prefetch_related("steps"), request.user)
-    return render(request, "incidents/playbooks.html", {"rows": rows, "kinds": playbooks.step_kinds()})
+    """Every playbook the user can see; edit links only in teams where they may change playbooks."""
+    visible = permissions.scoped(Playbook.objects.select_related("team").prefetch_related("steps"), request.user)
+    operator_teams = core.team_ids_where(request.user, Role.OPERATOR)
+    rows = [{"playbook": playbook, "can_edit": operator_teams is None or playbook.team_id in operator_teams}
+            for playbook in visible]
+    return render(request, "incidents/playbooks.html", {
+        "rows": rows, "can_create": operator_teams is None or bool(operator_teams), "kinds": playbooks.step_kinds()})
+
+
+def _forbidden(reason: str) -> HttpResponse:
+    """A 403 that says which role is missing (Django's own 403 page names nothing)."""
+    return HttpResponse(reason, status=403, content_type="text/plain; charset=utf-8")
 
 
 @login_required
 def playbook_edit(request: HttpRequest, pk: int | None = None) -> HttpResponse:
     """Create or edit a playbook on one form; the service validates every step and names what is wrong."""
-    playbook = get_object_or_404(permissions.scoped(Playbook.objects.all(), request.user), pk=pk) if pk else None
+    playbook = get_object_or_404(permissions.scoped(Playbook.objects.select_related("team"), request.user), pk=pk) \
+        if pk else None
+    # Refused up front: the form's team list holds only the user's operator teams, so a viewer would
+    # otherwise meet an unrelated "Select a valid choice" on save.
+    if playbook is not None and not core.has_role(request.user, playbook.team, Role.OPERATOR):
+        return _forbidden(f"Changing a playbook needs the operator role in team {playbook.team.name}.")
+    if playbook is None and not core.holds_role_somewhere(request.user, Role.OPERATOR):
+        return _forbidden("New playbooks need the operator role in a team.")
     form = PlaybookForm(request.POST or None, user=request.user,
                         initial=PlaybookForm.initial_for(playbook) if playbook else None)
     if request.method == "POST" and form.is_valid():

@@ -42,4 +42,5 @@ def test_a_bad_step_is_shown_with_its_field_and_nothing_is_saved(client, alice: 
 def test_a_viewer_cannot_pick_a_team_to_write_to(client, dave: User, ml_team: Team) -> None:  # noqa: ANN001, F811
     client.force_login(dave)
     answer = client.post("/playbooks/new/", {"team": ml_team.pk, "name": "surge", "steps": "checklist | x"})
-    assert answer.status_code == 200 and not Playbook.objects.exists()
+    assert answer.status_code == 403 and "operator role" in answer.content.decode()
+    assert not Playbook.objects.exists()
