@@ -11,7 +11,10 @@ Deployment, replicas turning Ready after their (scaled) cold start.
 
 A drill never pages anyone: the outbox skips a drill pool's proposals, its notify steps record what
 they would have sent, and the incident is opened here, not by the alert rules. The pool, its
-proposals and the incident stay afterwards, so the drill's timeline can be read like any incident's.
+proposals and the incident stay afterwards, so the drill's timeline can be read like any incident's;
+the finished `Drill` row retires the pool (the control loop leaves it out: its emulator is gone). A drill
+that ends early (an error, Ctrl-C) is finished and its incident resolved all the same; one that ends
+before its incident opened deletes its pool, which holds nothing to read.
 
 The traffic model is a fluid queue (arrivals over the Ready replicas' capacity): what the sandbox's
 replicas would show under the scenario's load, computed rather than sent, so a drill takes seconds
@@ -34,7 +37,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from controlplane import services as core
-from controlplane.choices import Channel as ActorChannel, Role
+from controlplane.choices import AuditAction, Channel as ActorChannel, Role
 from controlplane.errors import ServiceError
 from controlplane.models import Cluster, Pool
 from incidents import incidents, playbooks
@@ -54,6 +57,7 @@ MAX_ERROR_RATE = 0.01
 REPLICA_CAPACITY_RPS = 4.0  # what one emulated replica serves within the SLO
 BASE_TTFT_S = 0.25
 ABANDON_S = 30.0
+DRILL_ACTOR = core.Actor(None, ActorChannel.CLI)  # who registers and retires the drill's cluster and pool
 
 
 class DrillError(Exception):
@@ -112,14 +116,41 @@ class DrillResult:
 
 
 def _drill_pool(playbook: Playbook, kube: SandboxCluster, namespace: str) -> Pool:
+    """The drill's cluster (one per team, pointed at this drill's emulator) and a fresh pool in it, audited."""
     team = playbook.team
-    cluster, _ = Cluster.objects.get_or_create(name=f"drill-{team.slug}"[:63], defaults={"team": team, "region": "sandbox"})
-    cluster.kube_api_url = kube.url  # this drill's emulator; a later drill points it at its own
-    cluster.save(update_fields=["kube_api_url"])
-    return Pool.objects.create(
-        cluster=cluster, team=team, name=namespace, namespace=namespace, deployment="vllm-drill", model_name="drill",
-        gpu_type="H100", min_replicas=1, max_replicas=12, replica_capacity_rps=REPLICA_CAPACITY_RPS,
-        approval_policy={"auto_approve_reactive": False, "auto_approve_off_hours": False})
+    with transaction.atomic():
+        cluster, created = Cluster.objects.select_for_update().get_or_create(
+            name=f"drill-{team.slug}"[:63], defaults={"team": team, "region": "sandbox"})
+        before = None if created else core.snapshot(cluster)
+        cluster.kube_api_url = kube.url  # this drill's emulator; a later drill points it at its own
+        cluster.save(update_fields=["kube_api_url"])
+        core.record(DRILL_ACTOR, AuditAction.CREATE if created else AuditAction.UPDATE, cluster, before=before)
+        pool = Pool.objects.create(
+            cluster=cluster, team=team, name=namespace, namespace=namespace, deployment="vllm-drill", model_name="drill",
+            gpu_type="H100", min_replicas=1, max_replicas=12, replica_capacity_rps=REPLICA_CAPACITY_RPS,
+            approval_policy={"auto_approve_reactive": False, "auto_approve_off_hours": False})
+        core.record(DRILL_ACTOR, AuditAction.CREATE, pool)
+    return pool
+
+
+def _finish(drill: Drill, ticks: list[dict[str, Any]], ending: str | None = None) -> dict[str, Any]:
+    """Keep the ticks and the score, and resolve the incident: from here on the loop leaves the pool out.
+    `ending` says why a drill stopped early; None is a drill played to its end."""
+    Drill.objects.filter(pk=drill.pk).update(ticks=ticks, finished_at=timezone.now())
+    drill.refresh_from_db()
+    result = score(drill)
+    Drill.objects.filter(pk=drill.pk).update(score=result)
+    incidents.close_drill(drill.incident_id, ending or f"drill over: SLO attainment {result['slo_attainment']}")
+    return result
+
+
+def _retire_early(pool: Pool, drill: Drill | None, ticks: list[dict[str, Any]], error: BaseException) -> None:
+    """A drill that stopped before its end: finish it, or delete its pool when no incident opened yet."""
+    if drill is None:
+        core.delete_with_audit(DRILL_ACTOR, pool)
+        return
+    interrupted = isinstance(error, KeyboardInterrupt)
+    _finish(drill, ticks, "drill interrupted" if interrupted else f"drill failed: {type(error).__name__}: {error}")
 
 
 def _open(pool: Pool, playbook: Playbook, scenario: Scenario, first: dict[str, float], now: datetime) -> Drill:
@@ -241,46 +272,70 @@ def run_drill(playbook: Playbook, scenario_name: str, *, responder: AbstractBase
         if not all(replica.wait_ready(timeout=wait) for replica in kube.replicas(namespace, "vllm-drill")):
             raise DrillError(f"the sandbox's first replicas were not Ready within {wait:.0f} s")
         pool = _drill_pool(playbook, kube, namespace)
-        driver = cluster_driver(pool.cluster)
-        # The Deployment's status counts the Ready replicas a moment after they are: a first tick that read 0
-        # ready opened the incident before the scenario began and sized the pre-scale from the calm rate.
-        deadline = time.monotonic() + wait
-        while driver.status(workload_of(pool)).ready < scenario.replicas:
-            if time.monotonic() > deadline:
-                raise DrillError(f"the sandbox's Deployment did not report {scenario.replicas} Ready within {wait:.0f} s")
-            time.sleep(0.05)
-        fluid, ticks, drill, run = Fluid(), [], None, None
+        play = _Play(pool, playbook, scenario, actor, on_tick)
+        try:
+            _wait_for_the_deployment(pool, scenario, wait)
+            play.run(speed, duration_s)
+            if play.drill is None:
+                raise DrillError(f"the scenario {scenario_name} never broke the SLO; nothing to practise")
+        except BaseException as error:  # Ctrl-C too: an unfinished drill's incident would stay open for good
+            _retire_early(pool, play.drill, play.ticks, error)
+            raise
+        drill = play.drill
+        result = _finish(drill, play.ticks)
+    drill.refresh_from_db()
+    return DrillResult(drill, result)
+
+
+def _wait_for_the_deployment(pool: Pool, scenario: Scenario, wait: float) -> None:
+    # The Deployment's status counts the Ready replicas a moment after they are: a first tick that read 0
+    # ready opened the incident before the scenario began and sized the pre-scale from the calm rate.
+    driver = cluster_driver(pool.cluster)
+    deadline = time.monotonic() + wait
+    while driver.status(workload_of(pool)).ready < scenario.replicas:
+        if time.monotonic() > deadline:
+            raise DrillError(f"the sandbox's Deployment did not report {scenario.replicas} Ready within {wait:.0f} s")
+        time.sleep(0.05)
+
+
+class _Play:
+    """The scenario's ticks against the pool; what it opened and recorded stays readable if it stops early."""
+
+    def __init__(self, pool: Pool, playbook: Playbook, scenario: Scenario, actor: core.Actor | None,
+                 on_tick: Callable[[dict[str, Any]], None] | None) -> None:
+        self.pool, self.playbook, self.scenario, self.actor, self.on_tick = pool, playbook, scenario, actor, on_tick
+        self.fluid = Fluid()
+        self.ticks: list[dict[str, Any]] = []
+        self.drill: Drill | None = None
+        self.playbook_run: PlaybookRun | None = None
+
+    def run(self, speed: float, duration_s: float) -> None:
+        driver = cluster_driver(self.pool.cluster)
         started = time.monotonic()
         for number in range(int(duration_s / TICK_S) + 1):
             time.sleep(max(0.0, started + number * TICK_S / speed - time.monotonic()))
-            t, now = number * TICK_S, timezone.now()
-            status = driver.status(workload_of(pool))
-            scaling.record_status(pool, status, now)
-            rate = scenario.rate_at(t)
-            dead = min(scenario.dead_replicas, status.ready) if t >= scenario.surge_at_s else 0
-            signals = fluid.step(rate, status.ready, dead, TICK_S)
-            within = signals["ttft_p95_s"] <= SLO_TTFT_S
-            tick = {"t": t, "rate_rps": rate, "ready": status.ready, "desired": status.desired, **signals,
-                    "requests": rate * TICK_S, "good_requests": rate * TICK_S * (1 - signals["error_rate"]) * within}
-            ticks.append(tick)
-            _record_signals(pool, tick, now)
-            if drill is None and (not within or signals["error_rate"] > MAX_ERROR_RATE):
-                drill = _open(pool, playbook, scenario, signals, now)
-                run = playbooks.start_run(drill.incident, playbook, incidents.AUTO, now)
-            if run is not None and actor is not None:
-                _respond(run, actor)
-            _execute(pool, driver)
-            if on_tick:
-                on_tick(tick)
-        if drill is None:
-            raise DrillError(f"the scenario {scenario_name} never broke the SLO; nothing to practise")
-        Drill.objects.filter(pk=drill.pk).update(ticks=ticks, finished_at=timezone.now())
-        drill.refresh_from_db()
-        result = score(drill)
-        Drill.objects.filter(pk=drill.pk).update(score=result)
-        incidents.close_drill(drill.incident_id, f"drill over: SLO attainment {result['slo_attainment']}")
-    drill.refresh_from_db()
-    return DrillResult(drill, result)
+            self.tick(driver, number * TICK_S, timezone.now())
+
+    def tick(self, driver: Any, t: float, now: datetime) -> None:
+        pool, scenario = self.pool, self.scenario
+        status = driver.status(workload_of(pool))
+        scaling.record_status(pool, status, now)
+        rate = scenario.rate_at(t)
+        dead = min(scenario.dead_replicas, status.ready) if t >= scenario.surge_at_s else 0
+        signals = self.fluid.step(rate, status.ready, dead, TICK_S)
+        within = signals["ttft_p95_s"] <= SLO_TTFT_S
+        tick = {"t": t, "rate_rps": rate, "ready": status.ready, "desired": status.desired, **signals,
+                "requests": rate * TICK_S, "good_requests": rate * TICK_S * (1 - signals["error_rate"]) * within}
+        self.ticks.append(tick)
+        _record_signals(pool, tick, now)
+        if self.drill is None and (not within or signals["error_rate"] > MAX_ERROR_RATE):
+            self.drill = _open(pool, self.playbook, scenario, signals, now)
+            self.playbook_run = playbooks.start_run(self.drill.incident, self.playbook, incidents.AUTO, now)
+        if self.playbook_run is not None and self.actor is not None:
+            _respond(self.playbook_run, self.actor)
+        _execute(pool, driver)
+        if self.on_tick:
+            self.on_tick(tick)
 
 
 __all__ = ["SCENARIOS", "DrillError", "DrillResult", "run_drill", "score"]

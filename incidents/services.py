@@ -356,16 +356,23 @@ def delete_channel(channel: Channel, actor: core.Actor) -> None:
 
 
 def link_slack_user(user: AbstractBaseUser, slack_user_id: str, actor: core.Actor, *, take_over: bool = False) -> SlackIdentity:
-    """Map a Slack user to `user`. A Slack user linked to someone else moves only with `take_over`."""
+    """Map a Slack user to `user`. A Slack user linked to someone else moves only with `take_over` (the old
+    link's deletion is audited); linking what is already linked changes nothing and records nothing.
+
+    The one rule for every entry point (command, settings page): a member ID is ^[UW][A-Z0-9]{2,31}$ (U for
+    users, W for Enterprise Grid), typed in either case."""
     slack_user_id = slack_user_id.strip().upper()
-    if not slack_user_id.isalnum() or not 2 <= len(slack_user_id) <= 32:
+    if not (slack_user_id[:1] in ("U", "W") and slack_user_id.isascii() and slack_user_id.isalnum()
+            and 3 <= len(slack_user_id) <= 32):
         raise NotificationError("A Slack member ID looks like U0123ABCD (profile → ⋮ → Copy member ID).")
     with transaction.atomic():
         holder = SlackIdentity.objects.select_for_update().filter(slack_user_id=slack_user_id).first()
-        if holder is not None and holder.user_id != user.pk:
+        if holder is not None and holder.user_id == user.pk:
+            return holder  # already so: a second audit row would record a change that did not happen
+        if holder is not None:
             if not take_over:
                 raise NotificationError("That Slack user is linked to another Headroom user; an admin can move it.")
-            holder.delete()
+            core.delete_with_audit(actor, holder)
         before = core.snapshot(SlackIdentity.objects.filter(user=user).first())
         try:
             with transaction.atomic():  # a savepoint: the race below leaves the outer transaction usable

@@ -25,7 +25,7 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.core.cache import cache
-from django.db.models import Max, Min, Q
+from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from controlplane import metrics
@@ -529,13 +529,19 @@ def _fallback_rates(cluster_pools: list[Pool], signals: dict[int, PoolSignals], 
     return rates
 
 
+def loop_pools() -> QuerySet[Pool]:
+    """Every pool the loop ticks: all but those of drills that are over (their emulator went with the drill,
+    and ticking them would log a connection error every 15 s for good)."""
+    return Pool.objects.exclude(drills__finished_at__isnull=False).select_related("cluster", "team") \
+        .prefetch_related("slos", "schedules")
+
+
 def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: str | None = None) -> TickReport:
     """One loop iteration over the given pools (all pools by default), one cluster at a time."""
     started = time.time()
     now = now or timezone.now()
     holder = holder or _holder()
-    pools = pools if pools is not None else list(
-        Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules"))
+    pools = pools if pools is not None else list(loop_pools())
     by_cluster: dict[int, list[Pool]] = {}
     for pool in pools:
         by_cluster.setdefault(pool.cluster_id, []).append(pool)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
@@ -11,7 +13,9 @@ from django.utils.text import slugify
 
 from controlplane import services
 from controlplane.choices import Channel, Role
-from controlplane.models import Team
+from controlplane.models import ApiToken, Team
+
+MAX_EXPIRES_DAYS = 3650  # ten years; past that, leave --expires-days out (API_TOKEN_DEFAULT_DAYS, 0: until revoked)
 
 
 class Command(BaseCommand):
@@ -23,30 +27,16 @@ class Command(BaseCommand):
         parser.add_argument("--team", help="team slug (or name) for --role; created if --create is given")
         parser.add_argument("--create", action="store_true", help="create the user (and team) if missing")
         parser.add_argument("--name", default="", help="a label for the token, e.g. 'ci-pipeline'")
-        parser.add_argument("--expires-days", type=int, help="the token expires after this many days (default: API_TOKEN_DEFAULT_DAYS)")
+        parser.add_argument("--expires-days", type=int,
+                            help=f"the token expires after this many days, 1 to {MAX_EXPIRES_DAYS} "
+                                 "(default: API_TOKEN_DEFAULT_DAYS)")
 
     def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
-        if options["role"] and not options["team"]:
-            raise CommandError("--role needs --team (a role is held in a team).")
-        if options["expires_days"] is not None and options["expires_days"] < 1:
-            raise CommandError("--expires-days must be at least 1.")
+        self._check_options(options)
         actor = services.Actor(user=None, channel=Channel.CLI)
-        user_model = get_user_model()
         with transaction.atomic():
-            user = user_model.objects.filter(username=options["user"]).first()
-            if user is None:
-                if not options["create"]:
-                    raise CommandError(f"No user named {options['user']!r}. Add --create to create it.")
-                user = user_model.objects.create_user(username=options["user"])
-                self.stderr.write(f"Created user {user.username} (no password: API only until one is set).")
-            team = None
-            if options["team"]:
-                team = Team.objects.filter(slug=options["team"]).first() or Team.objects.filter(name=options["team"]).first()
-                if team is None:
-                    if not options["create"]:
-                        raise CommandError(f"No team {options['team']!r}. Add --create to create it.")
-                    team = Team.objects.create(name=options["team"], slug=slugify(options["team"]))
-                    services.record(actor, "create", team)
+            user = self._user(options["user"], options["create"])
+            team = self._team(options["team"], options["create"], actor) if options["team"] else None
             if team is not None and options["role"]:
                 services.set_membership(user, team, options["role"], actor)
                 self.stderr.write(f"{user.username} is {options['role']} of team {team.slug}.")
@@ -56,3 +46,52 @@ class Command(BaseCommand):
             token, raw = services.issue_token(user, actor, name=options["name"], expires_at=expires_at)
         self.stderr.write(f"Token {token.prefix}… for {user.username}; store it now, it is not shown again.")
         self.stdout.write(raw)
+
+    @staticmethod
+    def _check_options(options: dict) -> None:
+        """Everything that can be refused before a row is written."""
+        if options["role"] and not options["team"]:
+            raise CommandError("--role needs --team (a role is held in a team).")
+        days = options["expires_days"]
+        if days is not None and not 1 <= days <= MAX_EXPIRES_DAYS:
+            raise CommandError(f"--expires-days must be between 1 and {MAX_EXPIRES_DAYS}.")
+        name_limit = ApiToken._meta.get_field("name").max_length
+        if len(options["name"]) > name_limit:
+            raise CommandError(f"--name is at most {name_limit} characters.")
+        if not options["user"].strip():
+            raise CommandError("USER must not be blank.")
+
+    def _user(self, username: str, create: bool) -> AbstractBaseUser:
+        user_model = get_user_model()
+        user = user_model.objects.filter(username=username).first()
+        if user is None:
+            if not create:
+                raise CommandError(f"No user named {username!r}. Add --create to create it.")
+            try:
+                user_model._meta.get_field(user_model.USERNAME_FIELD).clean(username, None)
+            except ValidationError as exc:
+                raise CommandError(f"USER {username!r}: {' '.join(exc.messages)}") from None
+            user = user_model.objects.create_user(username=username)
+            self.stderr.write(f"Created user {user.username} (no password: API only until one is set).")
+        if not user.is_active:
+            # The API refuses every token of an inactive user: printing one would only mislead.
+            raise CommandError(f"User {username!r} is inactive: the API would refuse the token. Reactivate it first.")
+        return user
+
+    @staticmethod
+    def _team(wanted: str, create: bool, actor: services.Actor) -> Team:
+        slug = slugify(wanted)
+        team = (Team.objects.filter(slug=wanted).first() or Team.objects.filter(name=wanted).first()
+                or (Team.objects.filter(slug=slug).first() if slug else None))
+        if team is not None:
+            return team
+        if not create:
+            raise CommandError(f"No team {wanted!r}. Add --create to create it.")
+        if not slug:
+            raise CommandError(f"--team {wanted!r} has no letters or digits to make its slug from.")
+        name_limit = Team._meta.get_field("name").max_length
+        if len(wanted.strip()) > name_limit:
+            raise CommandError(f"--team is at most {name_limit} characters.")
+        team = Team.objects.create(name=wanted.strip(), slug=slug[:name_limit])
+        services.record(actor, "create", team)
+        return team

@@ -4,10 +4,11 @@ from __future__ import annotations
 from datetime import time
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from controlplane import services
+from controlplane import netguard, services
 from controlplane.choices import Channel, PriorityTier, Role, SloIndicator, Weekday
 from controlplane.models import SLO, Cluster, Pool, ScheduleWindow, Team
 
@@ -40,6 +41,22 @@ POOLS = [
 ]
 
 
+def check_url(option: str, field_name: str, url: str) -> None:
+    """Refuse a URL the clusters' model would refuse, before anything is written (not a traceback at the end)."""
+    try:
+        Cluster._meta.get_field(field_name).clean(url, None)
+    except ValidationError as exc:
+        raise CommandError(f"{option} {url!r}: {' '.join(exc.messages)}") from None
+    reason = netguard.literal_refusal(url, netguard.CLUSTERS)
+    if reason is None:
+        return
+    hint = ""
+    if reason.endswith(f"(not in {netguard.CLUSTERS})"):  # the network guard, not the URL's shape
+        hint = f" Add its network to {netguard.CLUSTERS}"
+        hint += " (or run with DEBUG=1, which allows loopback)." if "loopback" in reason else "."
+    raise CommandError(f"{option} {url!r}: Headroom does not connect there: {reason}.{hint}")
+
+
 class Command(BaseCommand):
     help = "Create or refresh the demo fleet: 2 clusters, 5 pools with SLOs and schedules, users alice/bob/charlie."
 
@@ -49,6 +66,9 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
+        check_url("--kube-api-url", "kube_api_url", options["kube_api_url"])
+        if options["prometheus_url"]:
+            check_url("--prometheus-url", "prometheus_url", options["prometheus_url"])
         actor = services.Actor(user=None, channel=Channel.CLI)
 
         def upsert(model, defaults, **lookup):  # noqa: ANN001, ANN003, ANN202

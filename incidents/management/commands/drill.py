@@ -59,6 +59,10 @@ class Command(BaseCommand):
                                       duration_s=options["duration"], on_tick=show)
         except drills.DrillError as exc:
             raise CommandError(str(exc)) from None
+        except KeyboardInterrupt:
+            # run_drill has resolved the incident ("drill interrupted") and retired the pool on its way out.
+            raise CommandError("drill interrupted: its incident (if one opened) is resolved and its pool retired",
+                               returncode=130) from None
         if quiet:
             self.stdout.write(json.dumps(result.score, indent=2))
             return

@@ -17,8 +17,10 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import shutil
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -38,6 +40,28 @@ from sandbox.scenarios import SCENARIOS
 TICK_EVERY_S = 15.0
 DEMO_TEAM = "ml-platform"
 MAX_SPEED = 20.0  # faster than this, two cores cannot emulate the fleet and the loop lags the scenario
+MAX_HISTORY_H = 24 * 7  # as `manage.py sandbox`: a week of backfill
+MAX_AUTO_APPROVE_AFTER_S = 3600.0  # an hour of scenario time: longer than any headless scenario runs
+
+
+def port_refusal(port: int) -> str | None:
+    """Why the web UI cannot listen on 127.0.0.1:`port`, or None. Asked before anything starts: runserver finds out
+    only after the sandbox is up and registered, and its os._exit(1) leaves Prometheus running."""
+    if not 1 <= port <= 65535:
+        return f"--port must be between 1 and 65535, not {port}"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as runserver binds
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            return f"--port {port}: 127.0.0.1:{port} is not free ({error.strerror or error}); choose another port"
+    return None
+
+
+def _check_bounded(option: str, value: float | None, high: float, unit: str) -> None:
+    """0 to `high`, and a number: `nan` passes every `<` check and `1e400` reads as infinity."""
+    if value is not None and not (math.isfinite(value) and 0 <= value <= high):
+        raise CommandError(f"{option} must be 0 or more {unit}, at most {high:g} (not {value:g})")
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -72,8 +96,8 @@ class Command(BaseCommand):
                                  "alone, with no per-request spill-over (to compare)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["history"] is not None and options["history"] < 0:
-            raise CommandError("--history must be 0 or more hours")
+        _check_bounded("--history", options["history"], MAX_HISTORY_H, "hours")
+        _check_bounded("--auto-approve-after-s", options["auto_approve_after_s"], MAX_AUTO_APPROVE_AFTER_S, "seconds")
         if options["speed"] is not None and not 0 < options["speed"] <= MAX_SPEED:
             raise CommandError(f"--speed must be above 0 and at most {MAX_SPEED:g}")
         if not options["headless"]:
@@ -88,6 +112,9 @@ class Command(BaseCommand):
         scenario = options["scenario"] or "story"
         if scenario == "story" and options["pools"] not in (None, 1):
             raise CommandError("the story plays on one pool (and its fallback): leave out --pools")
+        refusal = port_refusal(options["port"])
+        if refusal:
+            raise CommandError(refusal)
         with_prometheus = shutil.which("prometheus") is not None and settings.PROMETHEUS_ENABLED
         if not with_prometheus:
             self.stderr.write("Prometheus is not installed (or PROMETHEUS_ENABLED is off): the loop will see "
@@ -150,8 +177,6 @@ class Command(BaseCommand):
         if options["pools"] not in (None, 1):
             raise CommandError("--headless runs one pool: leave out --pools")
         wait_s = 60.0 if options["auto_approve_after_s"] is None else options["auto_approve_after_s"]
-        if wait_s < 0:
-            raise CommandError("--auto-approve-after-s must be 0 or more seconds")
         if not (shutil.which("prometheus") and settings.PROMETHEUS_ENABLED):
             raise CommandError("--headless needs Prometheus: install it (make system-deps) and set PROMETHEUS_ENABLED=true")
         call_command("seed_demo", stdout=io.StringIO())  # the on-call approver and the ML Platform team

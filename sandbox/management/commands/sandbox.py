@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 from pathlib import Path
@@ -15,6 +16,17 @@ from sandbox.runtime import Sandbox, SandboxConfig
 from sandbox.scenarios import SCENARIOS
 
 STATUS_EVERY_S = 10.0
+MAX_SPEED = 100.0  # as a drill's: faster, the emulated replicas' threads cannot keep the model clock
+MAX_COLD_START_S = 3600.0  # model seconds; an hour is already far past any profile's p95
+MAX_SCRAPE_INTERVAL_S = 300.0  # Prometheus's rate windows need a few samples; five minutes is the most that helps
+MAX_HISTORY_H = 24 * 7
+
+
+def _check_within(option: str, value: float, low: float, high: float, *, low_allowed: bool = True) -> None:
+    above_low = value >= low if low_allowed else value > low
+    if not (math.isfinite(value) and above_low and value <= high):
+        lowest = f"{low:g} or more" if low_allowed else f"greater than {low:g}"
+        raise CommandError(f"{option} must be {lowest} and at most {high:g} (not {value:g})")
 
 
 class Command(BaseCommand):
@@ -77,16 +89,14 @@ class Command(BaseCommand):
     def _config(options: dict[str, Any]) -> SandboxConfig:
         if options["pools"] < 1:
             raise CommandError("--pools must be at least 1")
-        if options["speed"] <= 0:
-            raise CommandError("--speed must be greater than 0")
         if options["replicas"] < 0:
             raise CommandError("--replicas must be 0 or more")
-        if options["cold_start"] is not None and options["cold_start"] < 0:
-            raise CommandError("--cold-start must be 0 or more")
-        if options["scrape_interval"] <= 0:
-            raise CommandError("--scrape-interval must be greater than 0")
-        if not 0 <= options["history"] <= 24 * 7:
-            raise CommandError("--history must be between 0 and 168 hours")
+        # `nan <= 0` is False: each number must be finite before its range means anything.
+        _check_within("--speed", options["speed"], 0, MAX_SPEED, low_allowed=False)
+        if options["cold_start"] is not None:
+            _check_within("--cold-start", options["cold_start"], 0, MAX_COLD_START_S)
+        _check_within("--scrape-interval", options["scrape_interval"], 0, MAX_SCRAPE_INTERVAL_S, low_allowed=False)
+        _check_within("--history", options["history"], 0, MAX_HISTORY_H)
         return SandboxConfig(
             pools=options["pools"], scenario=options["scenario"], speed=options["speed"],
             replicas=options["replicas"], cold_start_s=options["cold_start"],

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.models import Pool
 from scaling import loop, tasks
 
 
@@ -18,19 +17,27 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        pools = list(Pool.objects.select_related("cluster", "team").prefetch_related("slos", "schedules"))
-        if options["pool"]:
-            wanted = options["pool"]
+        pools = everything = list(loop.loop_pools())
+        if options["pool"] is not None:
+            wanted = options["pool"].strip()
+            if not wanted:
+                raise CommandError("--pool needs a pool name (leave it out to tick every pool)")
             pools = [p for p in pools if wanted in (p.name, f"{p.cluster.name}/{p.name}")]
             if not pools:
-                raise CommandError(f"No pool named {wanted!r}. Known: {', '.join(sorted(str(p) for p in Pool.objects.all()))}")
+                raise CommandError(f"No pool named {wanted!r}. Known: {', '.join(sorted(map(str, everything)))}")
             if len(pools) > 1:
                 raise CommandError(f"{wanted!r} names {len(pools)} pools; use CLUSTER/NAME: {', '.join(map(str, pools))}")
         tasks.advance_executions()
         report = loop.tick(pools)
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict(), default=str))
-            return
+        else:
+            self._print(report)
+        if report.errors:
+            # A tick that failed somewhere must fail for scripts and cron too, not only print it.
+            raise CommandError(f"{len(report.errors)} error(s) in this tick (listed above)")
+
+    def _print(self, report: loop.TickReport) -> None:
         for pool in report.pools:
             read, decided = pool.read, pool.decided
 
