@@ -4,6 +4,7 @@ A small controller loop plays the roles of the Deployment/ReplicaSet controllers
 KEDA's HPA: it starts or stops emulated replicas to match each Deployment's `spec.replicas` (a
 ScaledObject's min/max clamp it, as KEDA's HPA would), publishes one Pod per replica (Ready only
 once the replica listens), restarts replicas that died, and keeps Deployment status current.
+KEDA's pause annotations hold: `paused-replicas: N` pins the Deployment at N, `paused: "true"` stops the clamping.
 One route (`route_name`) lists every pool's Service; the gateway reads its weights. The route is a
 Gateway API HTTPRoute by default, or an Istio VirtualService (`route_kind="virtualservice"`).
 """
@@ -32,6 +33,8 @@ from sandbox.replica import EmulatedReplica, ReplicaState
 RECONCILE_INTERVAL_S = 0.1  # wall seconds
 BASE_URL_ANNOTATION = "sandbox.headroom.dev/base-url"
 GATEWAY_NAME = "sandbox-gateway"
+KEDA_PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
+KEDA_PAUSED = "autoscaling.keda.sh/paused"
 
 
 @dataclass(frozen=True)
@@ -193,9 +196,16 @@ class SandboxCluster:
         scaled = self.store.find(res.SCALEDOBJECTS, spec.namespace, spec.name)
         if scaled is None:
             return desired
-        low = int(scaled["spec"].get("minReplicaCount", 0))
-        high = int(scaled["spec"].get("maxReplicaCount", 100))
-        clamped = min(max(desired, low), high)
+        annotations = scaled["metadata"].get("annotations") or {}
+        pinned = annotations.get(KEDA_PAUSED_REPLICAS)
+        if pinned is not None and str(pinned).isdigit():  # KEDA scales the target to N, then stops
+            clamped = int(pinned)
+        elif str(annotations.get(KEDA_PAUSED, "")).lower() == "true":  # the HPA is gone: nothing clamps
+            return desired
+        else:
+            low = int(scaled["spec"].get("minReplicaCount", 0))
+            high = int(scaled["spec"].get("maxReplicaCount", 100))
+            clamped = min(max(desired, low), high)
         if clamped != desired:
             def set_replicas(obj: Object) -> Object:
                 obj["spec"]["replicas"] = clamped

@@ -7,7 +7,8 @@ from typing import Any
 
 Matcher = Callable[[dict[str, str]], bool]
 
-_SET_RE = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+_SET_RE = re.compile(r"^\s*([\w./-]+)\s+(in|notin)\s*\(([^)]*)\)\s*$")
+_KEY_RE = re.compile(r"^[\w./-]+$")
 
 
 def _split_terms(selector: str) -> list[str]:
@@ -40,10 +41,12 @@ def _term(term: str) -> Matcher:
             if operator == "!=":
                 return lambda labels: labels.get(key) != value
             return lambda labels: labels.get(key) == value
+    key = term[1:].strip() if term.startswith("!") else term
+    if not _KEY_RE.match(key):
+        raise ValueError(term)
     if term.startswith("!"):
-        key = term[1:].strip()
         return lambda labels: key not in labels
-    return lambda labels: term in labels
+    return lambda labels: key in labels
 
 
 def label_matcher(selector: str | None) -> Matcher:
@@ -79,5 +82,15 @@ def field_matcher(selector: str | None) -> Callable[[dict[str, Any]], bool]:
     return matches
 
 
-def selector_string(match_labels: dict[str, str]) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(match_labels.items()))
+_OPERATOR_FORMS = {"In": "{key} in ({values})", "NotIn": "{key} notin ({values})", "Exists": "{key}",
+                   "DoesNotExist": "!{key}"}
+
+
+def selector_string(selector: dict[str, Any]) -> str:
+    """A LabelSelector (matchLabels and matchExpressions) serialized as the API server does, sorted by key."""
+    terms = [(key, f"{key}={value}") for key, value in (selector.get("matchLabels") or {}).items()]
+    for expression in selector.get("matchExpressions") or []:
+        values = ",".join(sorted(expression.get("values") or []))
+        terms.append((expression["key"], _OPERATOR_FORMS[expression["operator"]].format(key=expression["key"],
+                                                                                         values=values)))
+    return ",".join(term for _, term in sorted(terms))

@@ -367,7 +367,7 @@ def to_scale(deployment: Object) -> Object:
                                                     "creationTimestamp") if key in metadata},
         "spec": {"replicas": deployment["spec"].get("replicas", 1)},
         "status": {"replicas": (deployment.get("status") or {}).get("replicas", 0),
-                   "selector": selector_string(deployment["spec"]["selector"].get("matchLabels", {}))},
+                   "selector": selector_string(deployment["spec"]["selector"])},
     }
 
 

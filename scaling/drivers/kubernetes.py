@@ -12,6 +12,7 @@ Every connection goes through the connect-time address guard with `CLUSTER_ALLOW
 from __future__ import annotations
 
 import json
+import ssl
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,6 +80,32 @@ def added_pods_ready_at(pods: list[client.V1Pod], since: datetime, count: int) -
     return max(ready_times)  # type: ignore[type-var]
 
 
+# kubectl's (and the API server's) rendering of a matchExpressions requirement.
+_SELECTOR_OPERATORS = {"In": "{key} in ({values})", "NotIn": "{key} notin ({values})", "Exists": "{key}",
+                       "DoesNotExist": "!{key}"}
+
+
+def _pod_selector(deployment: client.V1Deployment) -> str:
+    """The Deployment's spec.selector (matchLabels and matchExpressions) as a labelSelector query.
+
+    An empty one would list every pod in the namespace (another pool's pods as this pool's endpoints
+    and cold starts), so it is refused, as is an operator we cannot render.
+    """
+    where = f"{deployment.metadata.namespace}/{deployment.metadata.name}"
+    selector = deployment.spec.selector if deployment.spec else None
+    terms = [f"{key}={value}" for key, value in sorted(((selector and selector.match_labels) or {}).items())]
+    for expression in (selector and selector.match_expressions) or []:
+        form = _SELECTOR_OPERATORS.get(expression.operator)
+        if form is None:
+            raise DriverError(f"Deployment {where}: selector operator {expression.operator!r} is not one of "
+                              f"{', '.join(_SELECTOR_OPERATORS)}", permanent=True)
+        terms.append(form.format(key=expression.key, values=",".join(sorted(expression.values or []))))
+    if not terms:
+        raise DriverError(f"Deployment {where} has an empty pod selector: it would select every pod in "
+                          f"{deployment.metadata.namespace}", permanent=True)
+    return ",".join(terms)
+
+
 def _command_lines(deployment: client.V1Deployment) -> list[list[str]]:
     """Each container of the pod template: its command, then its args."""
     template = deployment.spec.template if deployment.spec else None
@@ -92,7 +119,28 @@ def _driver_error(action: str, exc: Exception) -> DriverError:
     if isinstance(exc, ApiException):
         permanent = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 409, 429)
         return DriverError(f"{action}: HTTP {exc.status}: {_api_message(exc)}", permanent=permanent, status=exc.status)
+    if untrusted := _certificate_failure(exc):
+        # Retrying cannot help: the next tick meets the same certificate with the same trust store.
+        return DriverError(f"{action}: the API server's certificate is not trusted ({untrusted}): put its CA next to "
+                           "the token as NAME.ca.crt, or use a kubeconfig with certificate-authority-data",
+                           permanent=True)
     return DriverError(f"{action}: {exc}", permanent=False)
+
+
+def _certificate_failure(exc: BaseException) -> str | None:
+    """Why TLS verification refused the server, when that is what `exc` comes down to (urllib3 wraps the
+    ssl error in an SSLError inside a MaxRetryError); None for any other failure."""
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current.verify_message or str(current)
+        pending.extend([getattr(current, "reason", None), current.__cause__, current.__context__, *current.args])
+    return None
 
 
 @dataclass(frozen=True)
@@ -169,9 +217,7 @@ class KubernetesDriver:
             deployment = self._apps.read_namespaced_deployment(
                 workload.deployment, workload.namespace, _request_timeout=self._timeout
             )
-            labels = (deployment.spec.selector.match_labels or {}) if deployment.spec.selector else {}
-            selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
-            pods = self._core.list_namespaced_pod(workload.namespace, label_selector=selector,
+            pods = self._core.list_namespaced_pod(workload.namespace, label_selector=_pod_selector(deployment),
                                                   _request_timeout=self._timeout)
         except (ApiException, HTTPError, OSError) as exc:
             raise _driver_error(f"list pods of {workload.namespace}/{workload.deployment}", exc) from None
@@ -192,9 +238,7 @@ class KubernetesDriver:
             deployment = self._apps.read_namespaced_deployment(
                 workload.deployment, workload.namespace, _request_timeout=self._timeout
             )
-            labels = (deployment.spec.selector.match_labels or {}) if deployment.spec.selector else {}
-            selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
-            pods = self._core.list_namespaced_pod(workload.namespace, label_selector=selector,
+            pods = self._core.list_namespaced_pod(workload.namespace, label_selector=_pod_selector(deployment),
                                                   _request_timeout=self._timeout)
         except (ApiException, HTTPError, OSError, netguard.OutboundRefused) as exc:
             raise _driver_error(f"list pods of {where}", exc) from None
@@ -248,6 +292,15 @@ class KubernetesDriver:
                 scaled = self._custom.get_namespaced_custom_object(
                     group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
                 )
+                # A paused ScaledObject neither follows minReplicaCount nor scales (KEDA removes its HPA).
+                annotations = (scaled.get("metadata") or {}).get("annotations") or {}
+                pinned = annotations.get("autoscaling.keda.sh/paused-replicas")
+                paused = str(annotations.get("autoscaling.keda.sh/paused", "")).lower() == "true"
+                if pinned is not None or paused:
+                    annotation = (f"autoscaling.keda.sh/paused-replicas={pinned}" if pinned is not None
+                                  else "autoscaling.keda.sh/paused=true")
+                    raise DriverError(f"ScaledObject {where} is paused ({annotation}): Headroom's floor would do "
+                                      "nothing; remove the annotation to let it scale", permanent=True)
                 spec = scaled.get("spec", {})
                 if int(spec.get("minReplicaCount", 0)) == replicas:
                     return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)

@@ -32,7 +32,10 @@ def credentials(cluster: Cluster) -> KubeCredentials:
         raise DriverError(f"cluster {cluster.name}: credentials_ref: {exc}", permanent=True) from None
     folder = Path(settings.KUBE_CREDENTIALS_DIR)
     if ref.kind == "token":
-        return KubeCredentials(token=_read(folder / ref.name, f"token of cluster {cluster.name}"))
+        # A real API server's certificate is signed by the cluster's own CA: it comes as NAME.ca.crt beside the token.
+        ca = folder / f"{ref.name}.ca.crt"
+        return KubeCredentials(token=_read(folder / ref.name, f"token of cluster {cluster.name}"),
+                               ca_file=str(ca) if ca.is_file() else None)
     if ref.kind == "kubeconfig":
         path = folder / ref.name
         _read(path, f"kubeconfig of cluster {cluster.name}")

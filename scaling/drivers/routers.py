@@ -3,7 +3,7 @@
 Both are custom objects, changed with a merge patch that carries the resourceVersion read (a
 concurrent writer makes us re-read on 409, never overwrites it). A merge patch replaces lists
 whole, so the patch carries the route's full rule list with only the weights changed. The weights
-of one rule are the route's weights: the first rule that names a backend of the change.
+of one rule are the route's weights: the first rule that names every backend of the change.
 Before each write the route's full weights are validated (`scaling.engine.shifting`); after it,
 the route is read back and must hold what was written.
 """
@@ -53,10 +53,18 @@ class _CustomObjectRouter:
         return list((obj.get("spec") or {}).get(self.rules_key) or [])
 
     def _rule_index(self, obj: Obj, backends: set[str] | None) -> int:
-        """The rule whose weights are the route's: the first naming one of `backends` (any, for None)."""
-        for index, rule in enumerate(self._rules(obj)):
-            names = {self.backend_of(ref) for ref in rule.get(self.refs_key) or []}
-            if names and (backends is None or names & backends):
+        """The rule whose weights are the route's: the first naming all of `backends` (any backend, for None).
+
+        A rule of its own for one class (the primary alone, matched on a header) may come first: it is
+        skipped. Where no rule names them all, the first naming one of them, so the caller can say which
+        backend the route lacks (and set_weights refuses)."""
+        named = [{self.backend_of(ref) for ref in rule.get(self.refs_key) or []} for rule in self._rules(obj)]
+        wanted = backends or set()
+        for index, names in enumerate(named):
+            if names and wanted <= names:
+                return index
+        for index, names in enumerate(named):
+            if names & wanted:
                 return index
         raise DriverError(f"{self.kind} {obj['metadata'].get('namespace')}/{obj['metadata'].get('name')} has no rule "
                           f"with {'backends' if backends is None else ', '.join(sorted(backends))}", permanent=True)
