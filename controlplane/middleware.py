@@ -7,7 +7,6 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
-
 from urllib.parse import urlsplit
 
 from django.conf import settings
