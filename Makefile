@@ -34,6 +34,7 @@ system-deps:
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v kubectl >/dev/null 2>&1 || missing="$$missing kubernetes-client"; \
+	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	test -z "$$missing" || { \
 		echo "installing Debian's$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

@@ -13,6 +13,8 @@ from scaling.drivers.cluster import DriverError
 from scaling.drivers.routers import HTTPRouteRouter, VirtualServiceRouter
 from scaling.drivers.routing import RouteRef, WeightPremise
 
+from tests.drivers.test_routers import api, store  # noqa: F401 (the emulator with an empty store)
+
 NS = "inference"
 ROUTE = RouteRef(NS, "chat")
 START = {"chat-8b": 100, "chat-8b-warm": 0}
@@ -33,18 +35,6 @@ def _virtual_service(*rules: dict[str, int]) -> dict:
          "route": [{"destination": {"host": f"{name}.{NS}.svc.cluster.local"}, "weight": weight}
                    for name, weight in weights.items()]}
         for index, weights in enumerate(rules)]}}
-
-
-@pytest.fixture
-def store() -> ObjectStore:
-    return ObjectStore()
-
-
-@pytest.fixture
-def api(store: ObjectStore) -> Iterator[KubeApiServer]:
-    server = KubeApiServer(store).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
