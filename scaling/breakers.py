@@ -21,7 +21,7 @@ from controlplane import services as core
 from controlplane.models import Pool
 from scaling import traffic
 from scaling.choices import BreakerScope, BreakerState
-from scaling.drivers.cluster import ClusterDriver
+from scaling.drivers.cluster import ClusterDriver, DriverError
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.engine import breakers as engine
 from scaling.drivers.signals import PoolSelector
@@ -189,7 +189,10 @@ def force(breaker_id: int, state: str, actor: core.Actor, comment: str = "", dri
                 core.record(actor, "breaker-hold", breaker, before=before,
                             team=breaker.pool.team if breaker.pool else None)
     if breaker.pool is not None and breaker.scope == BreakerScope.ENDPOINT:
-        reconcile(breaker.pool, driver)
+        try:
+            reconcile(breaker.pool, driver)
+        except DriverError as exc:  # the breaker is held (committed); the next evaluation labels the pod
+            logger.warning("breaker #%s: the pod's label waits for the next evaluation: %s", breaker.pk, exc)
     if state != "release" and moved:
         tick_fallbacks([breaker.pool] if breaker.pool is not None
                        else list(Pool.objects.filter(fallback_policy__enabled=True)), now)

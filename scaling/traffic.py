@@ -204,6 +204,9 @@ def _check_pools(from_pool: Pool, to_pool: Pool) -> None:
     if from_pool.route_name != to_pool.route_name:
         raise InvalidShift("to_pool", f"{to_pool} is on route {to_pool.route_name}, {from_pool} on "
                                       f"{from_pool.route_name}: a shift moves traffic on one route.")
+    if from_pool.route_backend == to_pool.route_backend:
+        raise InvalidShift("to_pool", f"{to_pool} and {from_pool} are the same backend ({to_pool.route_backend}) "
+                                      "of the route: a shift between them would move nothing.")
 
 
 def refuse_deleting_a_route_writer(sender: type, instance: Pool, **kwargs: Any) -> None:

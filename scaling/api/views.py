@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import django_filters
 from django.db.models import Q
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
@@ -12,7 +11,7 @@ from rest_framework.response import Response
 
 from controlplane import services as core
 from controlplane.api.parsers import JSONParser  # the nesting limit every other endpoint has
-from controlplane.api.filters import ApiFilterSet, TrueOrFalseFilter
+from controlplane.api.filters import ApiFilterSet, IdFilter, TrueOrFalseFilter
 from controlplane.api.views import PoolChildFilter, ScopedViewMixin, TeamScopedViewSet
 from controlplane.choices import Channel, Role
 from scaling import breakers, fallbacks, report_service, reports, services, traffic
@@ -108,7 +107,7 @@ class ProposalViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.RetrieveMod
 
 
 class TrafficShiftFilter(ApiFilterSet):
-    pool = django_filters.NumberFilter(method="filter_pool", label="Shifts to or from this pool")
+    pool = IdFilter(method="filter_pool", label="Shifts to or from this pool")
     active = TrueOrFalseFilter(method="filter_active", label="Only shifts still under way")
 
     class Meta:
