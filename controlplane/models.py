@@ -134,6 +134,11 @@ class Cluster(models.Model):
         return config.parse_rate_window(self.prometheus_rate_window)
 
 
+# A Deployment's pods are named <deployment>-<hash of up to 10>-<5>, cut at 63 characters
+# (scaling/drivers/prometheus.py DEPLOYMENT_OF_POD).
+MAX_DEPLOYMENT_NAME = 46
+
+
 class Pool(models.Model):
     """One vLLM deployment serving one model in one cluster."""
 
@@ -266,7 +271,11 @@ class Pool(models.Model):
                     "busy_share_target needs the pool's batch slots or prefill throughput (or a Deployment whose "
                     "command line states --max-num-seqs, which the last read did not find): the busy share term "
                     "reads the work share against them")
-        if self._deployment_claimed():
+        if len(self.deployment) > MAX_DEPLOYMENT_NAME:
+            errors["deployment"] = (
+                f"At most {MAX_DEPLOYMENT_NAME} characters: Kubernetes cuts the names of a longer Deployment's pods, "
+                "and Headroom finds a pool's metrics by the Deployment name in its pods' names.")
+        elif self._deployment_claimed():
             errors["deployment"] = (
                 f"Another pool already manages Deployment {self.namespace}/{self.deployment} in this cluster; "
                 "two pools must not scale the same Deployment."

@@ -140,7 +140,9 @@ class Engine:
                 self._running.remove(request)
             elif request in self._waiting:
                 self._waiting.remove(request)
-            self._finish(request, "abort", max(self._time, request.arrival))
+            # As vLLM does: an aborted request leaves no trace in the per-request metrics, `finished_reason="abort"`
+            # included (vllm-project/vllm#31503, #55634); only the engine's token counters saw it.
+            self._finish(request, "abort", max(self._time, request.arrival), record=False)
             self._publish_load()
 
     def advance_to(self, until: float) -> None:
@@ -244,6 +246,8 @@ class Engine:
             request.generated += step.steps
             if request.first_token is None:
                 request.first_token = step.end
+                # vLLM observes the time to first token when the token comes out, not when the request ends.
+                self.metrics.record_first_token(step.end - request.arrival)
             if request.generated >= request.max_tokens:
                 self._finish(request, "length", step.end)
             else:

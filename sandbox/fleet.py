@@ -81,7 +81,7 @@ class Fleet:
         """Add one replica serving `model_name` (default: the profile's model)."""
         profile = profile or get_profile(DEFAULT_PROFILE)
         replica = EmulatedReplica(
-            name=name or f"{pool.rpartition('/')[2]}-{next(self._names)}", model_name=model_name or profile.model,
+            name=name or f"{pool.rpartition('/')[2]}-fleet-{next(self._names):05d}", model_name=model_name or profile.model,
             profile=profile, clock=self.clock, cold_start_s=cold_start_s, pool=pool,
             max_model_len=max_model_len, scheduling_policy=scheduling_policy,
         )
@@ -96,7 +96,7 @@ class Fleet:
     def add_replicas(self, count: int, model_name: str | None = None, *, profile: PoolProfile | None = None,
                      cold_start_s: float = 0.0, pool: str = "default",
                      max_model_len: int = 32768) -> list[EmulatedReplica]:
-        """Add `count` replicas alike (names `<pool>-<n>`)."""
+        """Add `count` replicas alike (named as a Deployment's pods are: `<pool>-fleet-<5 digits>`)."""
         return [self.add_replica(model_name, profile=profile, cold_start_s=cold_start_s, pool=pool,
                                  max_model_len=max_model_len) for _ in range(count)]
 

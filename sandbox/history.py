@@ -4,8 +4,8 @@ The scenario's traffic for the last `hours` is split between the pools by route 
 offline through each pool's emulated engine (one replica, a `ManualClock`, no HTTP). Every
 `step_s` the engine's metrics are written as OpenMetrics samples with timestamps, which
 `promtool tsdb create-blocks-from openmetrics` turns into TSDB blocks before Prometheus starts.
-Series carry the same labels as live scrapes (job, instance, namespace, deployment, pod); each
-pool's replicas are summed into one pod, `<deployment>-history`.
+Series carry the same labels as live scrapes (job, instance, namespace, pod); each pool's replicas
+are summed into one pod, `<deployment>-history-00000` (named as a Deployment's pods are).
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ class _ReplicaReplay:
 
 @dataclass
 class _PoolReplay:
-    """A pool's replicas, written as one series set (pod `<deployment>-history`): sums by
-    model or deployment come out right, and the backfill stays small."""
+    """A pool's replicas, written as one series set (pod `<deployment>-history-00000`): sums by
+    model or Deployment come out right, and the backfill stays small."""
 
     spec: PoolSpec
     replicas: list[_ReplicaReplay]
@@ -58,8 +58,8 @@ class _PoolReplay:
     @property
     def labels(self) -> str:
         spec = self.spec
-        return (f'deployment="{spec.name}",engine="0",instance="history-{spec.name}",job="vllm",'
-                f'model_name="{spec.served_model}",namespace="{spec.namespace}",pod="{spec.name}-history"')
+        return (f'engine="0",instance="history-{spec.name}",job="vllm",'
+                f'model_name="{spec.served_model}",namespace="{spec.namespace}",pod="{spec.name}-history-00000"')
 
     def least_busy(self) -> _ReplicaReplay:
         return min(self.replicas, key=lambda replica: replica.engine.in_flight)

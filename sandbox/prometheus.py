@@ -43,10 +43,10 @@ def free_port() -> int:
 
 
 def target_for(replica: EmulatedReplica) -> ScrapeTarget:
-    """Labels as a PodMonitor with the usual relabelling gives them: namespace, pod, deployment."""
-    namespace, _, deployment = replica.pool.rpartition("/")
-    return ScrapeTarget(f"{replica.host}:{replica.port}",
-                        {"namespace": namespace or "default", "deployment": deployment, "pod": replica.name})
+    """Labels as a PodMonitor with the usual relabelling gives them: namespace and pod (no Deployment:
+    Headroom reads it from the pod's name, as it must on a real cluster)."""
+    namespace = replica.pool.rpartition("/")[0]
+    return ScrapeTarget(f"{replica.host}:{replica.port}", {"namespace": namespace or "default", "pod": replica.name})
 
 
 class PrometheusLauncher:

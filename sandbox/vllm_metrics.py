@@ -147,10 +147,6 @@ class FinishedRequest:
     e2e_s: float
 
     @property
-    def ttft_s(self) -> float:
-        return self.e2e_s - self.decode_s
-
-    @property
     def inference_s(self) -> float:
         return self.prefill_s + self.decode_s
 
@@ -208,7 +204,6 @@ class VllmMetrics:
                 "vllm:request_max_num_generation_tokens": done.max_tokens,
                 "vllm:request_params_n": 1,
                 "vllm:request_params_max_tokens": done.max_tokens,
-                "vllm:time_to_first_token_seconds": done.ttft_s,
                 "vllm:e2e_request_latency_seconds": done.e2e_s,
                 "vllm:request_queue_time_seconds": done.queue_s,
                 "vllm:request_inference_time_seconds": done.inference_s,
@@ -222,6 +217,10 @@ class VllmMetrics:
                     done.decode_s / (done.generation_tokens - 1))
             for name, value in observe.items():
                 self.histograms[name].observe(value)
+
+    def record_first_token(self, ttft_s: float) -> None:
+        with self._lock:
+            self.histograms["vllm:time_to_first_token_seconds"].observe(ttft_s)
 
     def record_rejection(self, reason: str) -> None:
         with self._lock:

@@ -208,7 +208,7 @@ def read_counts(pools: list[Pool], now: datetime) -> dict[int, dict[str, engine.
     source = loop._signal_source(pools[0].cluster)
     if source is None:
         return {}
-    selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools]
+    selectors = [PoolSelector.of_deployment(str(pool.pk), pool.namespace, pool.deployment) for pool in pools]
     closed = source.endpoint_counts(selectors, CLOSED_WINDOW, now.timestamp())
     probes = source.endpoint_counts(selectors, PROBE_WINDOW, now.timestamp())
     half_open = set(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool__in=pools,

@@ -96,7 +96,7 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
     signals = {pool.pk: PoolSignals(pool=pool.name) for pool in pools}
     source = _signal_source(cluster)
     if source is not None:
-        read = source.read([PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in pools])
+        read = source.read([PoolSelector.of_deployment(str(pool.pk), pool.namespace, pool.deployment) for pool in pools])
         signals.update({int(key): value for key, value in read.pools.items()})
         errors.update({f"{cluster.name}: prometheus {name}": error for name, error in read.errors.items()})
     unknown = {"desired_replicas": Reading(), "arriving_replicas": Reading()}  # ready: as Prometheus saw it
@@ -148,7 +148,7 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
     retry_key = f"headroom:backfill-failed:{cluster.pk}"
     if source is None or not fresh or cache.get(retry_key):
         return {}
-    selectors = [PoolSelector(str(pool.pk), {"model_name": pool.model_name}) for pool in fresh]
+    selectors = [PoolSelector.of_deployment(str(pool.pk), pool.namespace, pool.deployment) for pool in fresh]
     end = now.timestamp()
     fine_start = end - RECENT_HISTORY.total_seconds()
     try:

@@ -46,8 +46,15 @@ from scaling.drivers.signals import PoolSelector, SignalRead
 from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading, plausible
 
 # --- the PromQL -------------------------------------------------------------------------------
+def _pooled(expr: str) -> str:
+    """`expr` with the pool labels the mapping derives added (by default the Deployment, from the pod's
+    name), ready to be grouped by the pool labels. Range functions are wrapped whole: label_replace
+    takes instant vectors."""
+    return "{derive}" + expr + "{derive_end}"
+
+
 # A pool's live replicas: any vLLM gauge, grouped by the pool labels (and the replica label).
-_LIVE = "vllm:num_requests_running{{{sel}}}"
+_LIVE = _pooled("vllm:num_requests_running{{{sel}}}")
 # Joins a per-pod series to its pool's labels (times 1: the vLLM side only lends its labels).
 _POD_JOIN = " * on ({join}) group_left({carry}) (max by ({join}{by_comma}) (" + _LIVE + ") * 0 + 1)"
 # A counter that may have no series at all (no errors yet) reads 0 for pools that are alive.
@@ -55,7 +62,11 @@ _OR_ZERO = " or (max by ({by}) (" + _LIVE + ") * 0)"
 
 
 def _quantile(metric: str, q: float) -> str:
-    return f"histogram_quantile({q}, sum by ({{by}}, le) (rate({metric}_bucket{{{{{{sel}}}}}}[{{w}}])))"
+    return "histogram_quantile(" + f"{q}" + ", sum by ({by}, le) (" + _pooled(f"rate({metric}_bucket{{{{{{sel}}}}}}[{{w}}])") + "))"
+
+
+# The API routes that hand the engine a request (not /v1/models, which routers and probes poll).
+INFERENCE_HANDLERS = "/v1/(chat/)?completions|/v1/embeddings|/v1/responses"
 
 
 def _http_5xx() -> str:
@@ -64,10 +75,12 @@ def _http_5xx() -> str:
 
 QUERIES: dict[str, str] = {
     # gauges
-    "queue_depth": "sum by ({by}) (vllm:num_requests_waiting{{{sel}}})",
-    "running_requests": "sum by ({by}) (vllm:num_requests_running{{{sel}}})",
-    "kv_cache_usage": "avg by ({by}) (vllm:kv_cache_usage_perc{{{sel}}})",
-    "ready_replicas": "count by ({by}) (" + _LIVE + ")",
+    "queue_depth": "sum by ({by}) (" + _pooled("vllm:num_requests_waiting{{{sel}}}") + ")",
+    "running_requests": "sum by ({by}) (" + _LIVE + ")",
+    "kv_cache_usage": "avg by ({by}) (" + _pooled("vllm:kv_cache_usage_perc{{{sel}}}") + ")",
+    # Pods, not series: a pod running vLLM data-parallel (`--data-parallel-size`) exports one series per engine.
+    "ready_replicas": "count by ({by}) (count by ({by}, {replica}) (" + _LIVE + "))",
+    "engines_per_replica": "count by ({by}) (" + _LIVE + ") / count by ({by}) (count by ({by}, {replica}) (" + _LIVE + "))",
     # latency percentiles over the rate window
     "e2e_p95_s": _quantile("vllm:e2e_request_latency_seconds", 0.95),
     "e2e_p99_s": _quantile("vllm:e2e_request_latency_seconds", 0.99),
@@ -76,36 +89,40 @@ QUERIES: dict[str, str] = {
     "queue_time_p95_s": _quantile("vllm:request_queue_time_seconds", 0.95),
     "queue_time_p99_s": _quantile("vllm:request_queue_time_seconds", 0.99),
     # rates
-    # Requests *arriving*: those that finished plus the change in those still in the pool
-    # (waiting and running) over the window. Completions alone flatten exactly when a pool is
-    # overloaded, the moment the rate matters most.
+    # Requests *arriving*: those that left plus the change in those still in the pool (waiting and
+    # running) over the window. Completions alone flatten exactly when a pool is overloaded, the moment
+    # the rate matters most. What left is read from the API's answers, which count the requests clients
+    # gave up on: vLLM leaves an aborted request out of `request_success_total` (vllm#31503), and under
+    # overload clients time out by the hundred. A pool whose API exports no HTTP series falls back to it.
     "request_rate_rps": (
-        "clamp_min(sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{w}]))"
-        " + (sum by ({by}) (delta(vllm:num_requests_waiting{{{sel}}}[{w}]))" + _OR_ZERO + ") / {ws}"
-        " + (sum by ({by}) (delta(vllm:num_requests_running{{{sel}}}[{w}]))" + _OR_ZERO + ") / {ws}, 0)"
+        "clamp_min((sum by ({by}) (rate(http_requests_total{{handler=~\"" + INFERENCE_HANDLERS + "\"}}[{w}])"
+        + _POD_JOIN + ") or sum by ({by}) (" + _pooled("rate(vllm:request_success_total{{{sel}}}[{w}])") + "))"
+        " + (sum by ({by}) (" + _pooled("delta(vllm:num_requests_waiting{{{sel}}}[{w}])") + ")" + _OR_ZERO + ") / {ws}"
+        " + (sum by ({by}) (" + _pooled("delta(vllm:num_requests_running{{{sel}}}[{w}])") + ")" + _OR_ZERO + ") / {ws}, 0)"
     ),
-    "prompt_tokens_rate": "sum by ({by}) (rate(vllm:prompt_tokens_total{{{sel}}}[{w}]))",
+    "prompt_tokens_rate": "sum by ({by}) (" + _pooled("rate(vllm:prompt_tokens_total{{{sel}}}[{w}])") + ")",
     # The prompt tokens of the last scrape interval (irate: the window's last two samples): the work share's
     # prefill part is read at the tick, as a burst lands, where the rate over the window averages it away.
-    "prompt_tokens_tick_rate": "sum by ({by}) (irate(vllm:prompt_tokens_total{{{sel}}}[{w}]))",
-    "generation_tokens_rate": "sum by ({by}) (rate(vllm:generation_tokens_total{{{sel}}}[{w}]))",
+    "prompt_tokens_tick_rate": "sum by ({by}) (" + _pooled("irate(vllm:prompt_tokens_total{{{sel}}}[{w}])") + ")",
+    "generation_tokens_rate": "sum by ({by}) (" + _pooled("rate(vllm:generation_tokens_total{{{sel}}}[{w}])") + ")",
     # errors: requests vLLM finished with an error plus HTTP 5xx answers on the API, over both;
     # NaN (unknown) when the pool served nothing in the window.
     "error_rate": (
-        "((sum by ({by}) (rate(vllm:request_success_total{{finished_reason=\"error\",{sel}}}[{w}]))" + _OR_ZERO + ")"
+        "((sum by ({by}) (" + _pooled("rate(vllm:request_success_total{{finished_reason=\"error\",{sel}}}[{w}])") + ")"
+        + _OR_ZERO + ")"
         " + (" + _http_5xx() + _OR_ZERO + "))"
-        " / ((sum by ({by}) (rate(vllm:request_success_total{{{sel}}}[{w}]))" + _OR_ZERO + ")"
+        " / ((sum by ({by}) (" + _pooled("rate(vllm:request_success_total{{{sel}}}[{w}])") + ")" + _OR_ZERO + ")"
         " + (" + _http_5xx() + _OR_ZERO + "))"
     ),
     "prefix_cache_hit_rate": (
-        "sum by ({by}) (rate(vllm:prefix_cache_hits_total{{{sel}}}[{w}]))"
-        " / sum by ({by}) (rate(vllm:prefix_cache_queries_total{{{sel}}}[{w}]))"
+        "sum by ({by}) (" + _pooled("rate(vllm:prefix_cache_hits_total{{{sel}}}[{w}])") + ")"
+        " / sum by ({by}) (" + _pooled("rate(vllm:prefix_cache_queries_total{{{sel}}}[{w}])") + ")"
     ),
     # DCGM exports per GPU with the pod using it; joined to the pool through the pod. 0-100 -> 0-1.
     "gpu_utilization": "avg by ({by}) (DCGM_FI_DEV_GPU_UTIL" + _POD_JOIN + ") / 100",
 }
 # Per replica: the queue of each ready replica (the HPA core's per-pod metric).
-WAITING_PER_REPLICA = "sum by ({by}, {replica}) (vllm:num_requests_waiting{{{sel}}})"
+WAITING_PER_REPLICA = "sum by ({by}, {replica}) (" + _pooled("vllm:num_requests_waiting{{{sel}}}") + ")"
 # Per replica: the API's answers and its 5xx over a window, for the endpoint circuit breakers.
 # increase() never counts a series' first sample, and a pod's 5xx series is born with its first failure (a
 # new pod's every series with its first request): a series born inside the window counts from 0 instead.
@@ -119,20 +136,33 @@ ENDPOINT_FAILURES = ("sum by ({by}, {replica}) ("
                      + _counted_in_window('http_requests_total{{handler=~"/v1/.*",status=~"5.."}}') + _POD_JOIN + ")")
 # Freshness: the oldest last-scrape time per pool, for each source family.
 FRESHNESS = {
-    "vllm": "min by ({by}) (timestamp(vllm:num_requests_running{{{sel}}}))",
+    "vllm": "min by ({by}) (" + _pooled("timestamp(vllm:num_requests_running{{{sel}}})") + ")",
     "dcgm": "min by ({by}) (timestamp(DCGM_FI_DEV_GPU_UTIL)" + _POD_JOIN + ")",
 }
 SOURCE_OF = {"gpu_utilization": "dcgm"}  # every other signal comes from vLLM's /metrics
 
 
+# A Deployment's pod is named <deployment>-<pod-template-hash>-<5 characters> (ReplicaSet, then the pod's
+# generateName). Kubernetes cuts generated names at 63 characters, so a Deployment name over 46 characters
+# leaves pods this cannot read the Deployment from: Pool.clean refuses such names.
+DEPLOYMENT_OF_POD = "(.+)-[a-z0-9]{1,10}-[a-z0-9]{5}"
+
+
 @dataclass(frozen=True)
 class LabelMapping:
-    """Which labels identify a pool in the scraped series, and how replicas are told apart."""
+    """Which labels identify a pool in the scraped series, and how replicas are told apart.
 
-    pool_labels: tuple[str, ...] = ("model_name",)  # add "namespace" when a model runs in several
+    By default a pool is its Deployment: the namespace, and the Deployment's name taken from the pod's
+    (`DEPLOYMENT_OF_POD`). Never the served model alone: two Deployments of one model (a canary, a
+    new vLLM version being shifted to, one per team) would each read the other's load and latency.
+    """
+
+    pool_labels: tuple[str, ...] = ("namespace", "deployment")
     replica_label: str = "pod"
     join_labels: tuple[str, ...] = ("namespace", "pod")  # DCGM and HTTP series -> vLLM series
     selector: str = ""  # extra matchers for every vLLM series, e.g. 'job="vllm"'
+    # Labels computed before grouping: (label, source label, regular expression whose group is the value).
+    derived: tuple[tuple[str, str, str], ...] = (("deployment", "pod", DEPLOYMENT_OF_POD),)
 
 
 @dataclass(frozen=True)
@@ -148,9 +178,11 @@ class PrometheusConfig:
 def render(template: str, labels: LabelMapping, window: str) -> str:
     """One query with its placeholders filled in."""
     carry = [label for label in labels.pool_labels if label not in labels.join_labels]
+    derive_end = "".join(f', "{label}", "$1", "{source}", "{regex}")' for label, source, regex in labels.derived)
     return template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window, ws=f"{duration_s(window):g}",
                            replica=labels.replica_label, join=", ".join(labels.join_labels),
-                           carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry))
+                           carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry),
+                           derive="label_replace(" * len(labels.derived), derive_end=derive_end)
 
 
 def _guarded_client(config: PrometheusConfig) -> PrometheusConnect:
@@ -312,4 +344,4 @@ def _reading(value: float, evaluated_at: float, scraped_at: tuple[float, float] 
 
 
 __all__ = ["QUERIES", "FRESHNESS", "WAITING_PER_REPLICA", "LabelMapping", "PrometheusConfig",
-           "PrometheusSignalSource", "render", "STALE_AFTER_S"]
+           "PrometheusSignalSource", "render", "STALE_AFTER_S", "DEPLOYMENT_OF_POD"]

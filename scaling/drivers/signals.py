@@ -18,7 +18,12 @@ class PoolSelector:
     """How a source finds one pool: Headroom's pool name and the label values that identify it."""
 
     name: str
-    labels: Mapping[str, str]  # e.g. {"model_name": "llama-8b", "namespace": "prod"}
+    labels: Mapping[str, str]  # e.g. {"namespace": "prod", "deployment": "vllm-chat"}
+
+    @classmethod
+    def of_deployment(cls, name: str, namespace: str, deployment: str) -> PoolSelector:
+        """A pool as the default `LabelMapping` finds it: its Deployment, not its served model."""
+        return cls(name, {"namespace": namespace, "deployment": deployment})
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,9 @@ class PoolSignals:
     # 0..1, the share of the pool's serving capacity in use at the tick (`work_share`); the busy share term's.
     work_share: Reading = MISSING
     ready_replicas: Reading = MISSING
+    # vLLM engines a ready replica runs (its `engine` label's values: `--data-parallel-size` on one pod);
+    # each has its own `--max-num-seqs` and GPUs, so the work share counts engines, not pods.
+    engines_per_replica: Reading = MISSING
     arriving_replicas: Reading = MISSING  # requested, still starting
     desired_replicas: Reading = MISSING
     waiting_per_ready_replica: tuple[Reading, ...] = ()
@@ -141,8 +144,9 @@ class PoolSignals:
 
 def work_share(signals: PoolSignals, batch_slots: int | None, prefill_tokens_per_s: float | None) -> Reading:
     """The share of the pool's serving capacity in use at the tick: the batch fill (running requests over
-    the ready replicas' `--max-num-seqs`) or the prefill share (prompt tokens computed over the last scrape
-    interval over what the ready replicas prefill a second), whichever is higher, at most 1.
+    the ready replicas' `--max-num-seqs`, per engine: a data-parallel pod runs several) or the prefill share
+    (prompt tokens computed over the last scrape interval over what the ready replicas' engines prefill a
+    second), whichever is higher, at most 1.
 
     What the replay's busy share is (`scaling/sim`), read from vLLM: unlike DCGM's busy share, a replica
     decoding one sequence reads nearly idle. Unknown without ready replicas or without either part (a pool
@@ -150,13 +154,15 @@ def work_share(signals: PoolSignals, batch_slots: int | None, prefill_tokens_per
     ready = signals.ready_replicas
     if not ready.is_known or float(ready.value) < 1:  # type: ignore[arg-type]
         return MISSING
+    per_replica = signals.engines_per_replica
+    engines = float(ready.value) * (max(1.0, float(per_replica.value)) if per_replica.is_known else 1.0)  # type: ignore[arg-type]
     parts: list[tuple[float, float]] = []  # (share, age)
     if batch_slots and signals.running_requests.is_known:
         running = signals.running_requests
-        parts.append((float(running.value) / (float(ready.value) * batch_slots), float(running.age_s)))  # type: ignore[arg-type]
+        parts.append((float(running.value) / (engines * batch_slots), float(running.age_s)))  # type: ignore[arg-type]
     if prefill_tokens_per_s and signals.prompt_tokens_tick_rate.is_known:
         tokens = signals.prompt_tokens_tick_rate
-        parts.append((float(tokens.value) / (float(ready.value) * prefill_tokens_per_s), float(tokens.age_s)))  # type: ignore[arg-type]
+        parts.append((float(tokens.value) / (engines * prefill_tokens_per_s), float(tokens.age_s)))  # type: ignore[arg-type]
     if not parts:
         return MISSING
     share = min(1.0, max(0.0, max(part for part, _ in parts)))

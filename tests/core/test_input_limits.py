@@ -150,3 +150,13 @@ def test_another_teams_id_and_an_unknown_id_filter_alike(alice: User, pool: Pool
         assert (theirs.status_code, unknown.status_code) == (200, 200), path
         assert theirs.json()["results"] == unknown.json()["results"] == [], path
     assert len(client.get(f"/api/v1/slos/?pool={pool.pk}").json()["results"]) == 1
+
+
+def test_a_deployment_name_its_pods_cannot_be_read_from_is_a_400(bob: User, pool: Pool) -> None:
+    """Kubernetes cuts a longer Deployment's pod names, and the pool's metrics are found by the Deployment in them."""
+    client = token_client(bob)
+    too_long = "d" * 47
+    response = client.patch(f"/api/v1/pools/{pool.pk}/", {"deployment": too_long}, format="json")
+    assert response.status_code == 400 and "At most 46 characters" in response.json()["deployment"][0]
+    assert Pool.objects.get(pk=pool.pk).deployment == "vllm-chat-8b"
+    assert client.patch(f"/api/v1/pools/{pool.pk}/", {"deployment": too_long[:46]}, format="json").status_code == 200

@@ -21,6 +21,7 @@ from scaling.drivers.prometheus import (
     PrometheusSignalSource,
 )
 from scaling.drivers.signals import PoolSelector
+from scaling.engine.signals import work_share
 from scaling.sim.profiles import PoolProfile, get_profile
 
 # No skip when the binary is missing: the launcher fails with the command that installs it.
@@ -45,11 +46,15 @@ def cluster() -> Iterator[tuple[PrometheusLauncher, Fleet]]:
         for replica in replicas:
             assert replica.wait_ready(timeout=5)
         prometheus.wait_for_up(timeout=20)
-        for replica in replicas:
-            if replica.model_name != IDLE:
-                for tokens in (3, 6):
-                    requests.post(replica.base_url + "/v1/completions", timeout=10,
-                                  json={"model": replica.model_name, "prompt": "a b c", "max_tokens": tokens})
+        served = [replica for replica in replicas if replica.model_name != IDLE]
+        for tokens in (3, 6):
+            for replica in served:
+                requests.post(replica.base_url + "/v1/completions", timeout=10,
+                              json={"model": replica.model_name, "prompt": "a b c", "max_tokens": tokens})
+            # The API's request counter is born with its first answer, and a series' first sample is never part
+            # of a rate: Prometheus must see it before the second request, or the rates read no arrivals.
+            assert wait_until(lambda: prometheus.query(
+                f'count(http_requests_total{{handler="/v1/completions"}}) == {len(served)}'), 10)
         assert wait_until(lambda: prometheus.query(f'sum(vllm:request_success_total{{model_name="{CODE}"}}) == 2'), 10)
         # A scrape can catch a finished request still counted as running (the engine lets go of it after
         # the response): wait until Prometheus has seen every replica idle, as the tests expect.
@@ -67,8 +72,7 @@ def cluster() -> Iterator[tuple[PrometheusLauncher, Fleet]]:
 
 
 def pools() -> list[PoolSelector]:
-    return [PoolSelector(name, {"model_name": model}) for name, model in
-            (("chat", CHAT), ("code", CODE), ("idle", IDLE), ("gone", "no-such-model"))]
+    return [PoolSelector.of_deployment(name, "prod", name) for name in ("chat", "code", "idle", "gone")]
 
 
 class CountingSource(PrometheusSignalSource):
@@ -89,7 +93,7 @@ def test_it_reads_every_signal_of_many_pools_with_one_query_per_signal(cluster) 
 
     assert read.errors == {}
     assert len(source.queries) == QUERIES_PER_READ  # the same for 4 pools as for 1
-    assert all("by (model_name" in query for query in source.queries)
+    assert all("by (namespace, deployment" in query for query in source.queries)
     chat = read["chat"]
     assert chat.ready_replicas.known == 2.0
     assert chat.queue_depth.known == 0.0 and chat.running_requests.known == 0.0
@@ -212,18 +216,38 @@ def test_it_reports_a_promql_error_and_reads_unknown(cluster) -> None:
     assert not read["chat"].queue_depth.is_known
 
 
+def test_two_deployments_of_one_model_read_their_own_signals(cluster) -> None:
+    """A canary (or the new version a shift moves to) serves the same model in the same namespace: each
+    pool reads its own replicas and load, never the sum of both."""
+    prometheus, fleet = cluster
+    (canary,) = fleet.add_replicas(1, CHAT, profile=profile_for(CHAT), pool="prod/chat-canary")
+    assert canary.wait_ready(timeout=5)
+    prometheus.wait_for_up(timeout=20)
+    source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+    selectors = [PoolSelector.of_deployment("chat", "prod", "chat"),
+                 PoolSelector.of_deployment("canary", "prod", "chat-canary")]
+    assert wait_until(lambda: source.read(selectors)["canary"].ready_replicas.is_known, 10, interval=0.25)
+
+    read = source.read(selectors)
+
+    assert read["chat"].ready_replicas.known == 2.0 and read["canary"].ready_replicas.known == 1.0
+    assert len(read["chat"].waiting_per_ready_replica) == 2
+    assert read["chat"].request_rate_rps.value > 0 and not read["canary"].request_rate_rps.value  # chat's traffic
+    assert not prometheus.query('count(vllm:num_requests_running{deployment!=""})')  # read from the pod's name
+
+
 def test_it_identifies_pools_by_the_configured_labels(cluster) -> None:
     prometheus, _ = cluster
-    mapping = LabelMapping(pool_labels=("namespace", "model_name"))
+    mapping = LabelMapping(pool_labels=("namespace", "model_name"), derived=())
     source = PrometheusSignalSource(PrometheusConfig(prometheus.url, labels=mapping, rate_window="30s"))
 
-    read = source.read([PoolSelector("prod-chat", {"namespace": "prod", "model_name": CHAT}),
-                        PoolSelector("staging-chat", {"namespace": "staging", "model_name": CHAT})])
+    read = source.read([PoolSelector("prod-code", {"namespace": "prod", "model_name": CODE}),
+                        PoolSelector("staging-code", {"namespace": "staging", "model_name": CODE})])
 
     assert read.errors == {}
-    assert read["prod-chat"].ready_replicas.known == 2.0
-    assert read["prod-chat"].error_rate.known == 0.0  # the HTTP join keeps namespace from the vLLM side
-    assert not read["staging-chat"].ready_replicas.is_known
+    assert read["prod-code"].ready_replicas.known == 1.0
+    assert read["prod-code"].error_rate.known == 0.0  # the HTTP join keeps namespace from the vLLM side
+    assert not read["staging-code"].ready_replicas.is_known
 
 
 def test_its_request_rate_counts_arrivals_before_they_complete(cluster) -> None:
@@ -248,7 +272,7 @@ def test_its_request_rate_counts_arrivals_before_they_complete(cluster) -> None:
     assert wait_until(lambda: prometheus.query('sum(vllm:num_requests_waiting{model_name="slow-model"}) >= 3'), 10)
 
     source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
-    slow = [PoolSelector("slow", {"model_name": "slow-model"})]
+    slow = [PoolSelector.of_deployment("slow", "prod", "slow")]
     # Scrapes go on with the queue standing until the arrivals show as a rate (the first completes after 30 s).
     assert wait_until(lambda: (source.read(slow)["slow"].request_rate_rps.value or 0.0) > 0.0, 15, interval=0.25)
     slow_pool = source.read(slow)["slow"]
@@ -256,3 +280,64 @@ def test_its_request_rate_counts_arrivals_before_they_complete(cluster) -> None:
 
     assert not completions or float(completions[0]["value"][1]) == 0.0
     assert slow_pool.request_rate_rps.is_known and slow_pool.request_rate_rps.value > 0.0
+
+
+def test_its_request_rate_counts_the_requests_clients_gave_up_on(cluster) -> None:
+    """Under overload clients time out: vLLM counts those requests nowhere but in the API's answers (its
+    `request_success_total` leaves aborts out, and so does the emulator), and they were arrivals all the same."""
+    prometheus, fleet = cluster
+    model = "abandoned-model"
+    slow = dataclasses.replace(get_profile("llama-3.1-8b-h100"), model=model, max_num_seqs=1,
+                               itl_ms_base=1000.0, itl_ms_per_seq=0.0)
+    (replica,) = fleet.add_replicas(1, model, profile=slow, pool="prod/abandoned")
+    assert replica.wait_ready(timeout=5)
+    prometheus.wait_for_up(timeout=20)
+    pod = f'pod="{replica.name}"'
+
+    def give_up() -> None:
+        try:
+            requests.post(replica.base_url + "/v1/completions", timeout=0.5,
+                          json={"model": model, "prompt": "a b c", "max_tokens": 30})
+        except requests.RequestException:
+            pass  # the client's timeout: the replica aborts the request when it sees the connection gone
+
+    # Two waves: a counter's first sample is never part of a rate, so the first only gives the API its series.
+    for wave in (1, 2):
+        senders = [threading.Thread(target=give_up) for _ in range(4)]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+        assert wait_until(lambda: prometheus.query(f'sum(http_requests_total{{{pod}}}) == {4 * wave}'), 10)
+        assert wait_until(lambda: prometheus.query(
+            f'sum(vllm:num_requests_waiting{{{pod}}}) + sum(vllm:num_requests_running{{{pod}}}) == 0'), 10)
+
+    source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
+    selector = [PoolSelector.of_deployment("abandoned", "prod", "abandoned")]
+    assert wait_until(lambda: (source.read(selector)["abandoned"].request_rate_rps.value or 0.0) > 0.05, 10,
+                      interval=0.25), source.read(selector)["abandoned"].request_rate_rps
+    assert prometheus.query(f'sum(vllm:request_success_total{{{pod}}}) == 0')  # none finished, none counted
+
+
+def test_a_data_parallel_pod_is_one_replica_of_several_engines() -> None:
+    """vLLM with `--data-parallel-size 2` exports one series per engine (`engine="0"`, `"1"`) from one pod: the
+    pool has as many replicas as pods, and its engines are what the work share counts slots of."""
+    end = round(time.time()) - 60
+    pods = ("dp-7d9f8c6b5-x2k4p", "dp-7d9f8c6b5-q8z2m")
+    lines = ["# TYPE vllm:num_requests_running gauge"]
+    for pod in pods:
+        for engine in ("0", "1"):
+            labels = f'engine="{engine}",model_name="{CHAT}",namespace="prod",pod="{pod}"'
+            lines += [f"vllm:num_requests_running{{{labels}}} 12 {at}" for at in range(end - 600, end + 1, 15)]
+    launcher = PrometheusLauncher()
+    try:
+        launcher.backfill("\n".join(lines) + "\n# EOF\n")
+        launcher.start()
+        source = PrometheusSignalSource(PrometheusConfig(launcher.url, rate_window="30s"))
+        dp = source.read([PoolSelector.of_deployment("dp", "prod", "dp")], at_s=end + 1)["dp"]
+    finally:
+        launcher.stop()
+
+    assert dp.ready_replicas.known == 2.0 and dp.engines_per_replica.known == 2.0
+    assert dp.running_requests.known == 48.0
+    assert work_share(dp, batch_slots=16, prefill_tokens_per_s=None).known == pytest.approx(48 / (2 * 2 * 16))

@@ -77,12 +77,13 @@ def test_it_has_no_age_when_nothing_is_known() -> None:
 # --- the work share (what the busy share term reads) ---------------------------------------------
 
 
-def _pool(ready=4.0, running=None, tokens=None, age=5.0) -> PoolSignals:
+def _pool(ready=4.0, running=None, tokens=None, age=5.0, engines=None) -> PoolSignals:
     def reading(value):
         return Reading(value, age) if value is not None else Reading()
 
     return PoolSignals(pool="chat", ready_replicas=Reading(ready, 0.0) if ready is not None else Reading(),
-                       running_requests=reading(running), prompt_tokens_tick_rate=reading(tokens))
+                       running_requests=reading(running), prompt_tokens_tick_rate=reading(tokens),
+                       engines_per_replica=reading(engines))
 
 
 @pytest.mark.parametrize(
@@ -99,6 +100,12 @@ def _pool(ready=4.0, running=None, tokens=None, age=5.0) -> PoolSignals:
         ("both series missing: unknown", _pool(), 16, 10_000.0, None),
         ("no ready replica: no share of anything", _pool(ready=0.0, running=3.0), 16, None, None),
         ("ready unknown: unknown", _pool(ready=None, running=3.0), 16, None, None),
+        # --data-parallel-size 2: each pod runs two engines, each with its own --max-num-seqs and GPUs.
+        ("data-parallel pods: 48 running on 4 pods x 2 engines x 16 slots", _pool(running=48.0, engines=2.0), 16,
+         None, 0.375),
+        ("data-parallel pods: the prefill share per engine", _pool(tokens=30_000.0, engines=2.0), None, 10_000.0,
+         0.375),
+        ("engines per replica unknown: one each", _pool(running=48.0, engines=None), 16, None, 0.75),
     ],
 )
 def test_the_work_share_is_read_from_vllm_against_the_pools_slots_and_prefill(case, signals, slots, prefill,

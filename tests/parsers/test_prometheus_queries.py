@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import pytest
 
+import re
+
+from controlplane.models import MAX_DEPLOYMENT_NAME
 from scaling.drivers.prometheus import (
+    DEPLOYMENT_OF_POD,
+    ENDPOINT_FAILURES,
+    ENDPOINT_REQUESTS,
     FRESHNESS,
+    WAITING_PER_REPLICA,
     QUERIES,
     LabelMapping,
     PrometheusConfig,
@@ -13,6 +20,8 @@ from scaling.drivers.prometheus import (
     render,
 )
 from scaling.drivers.signals import PoolSelector
+
+POOL_LABELS = {"namespace": "prod", "deployment": "chat"}
 
 
 @pytest.mark.parametrize("mapping", [LabelMapping(), LabelMapping(pool_labels=("namespace", "model_name"), selector='job="vllm"')])
@@ -26,6 +35,36 @@ def test_it_groups_every_query_by_the_pool_labels(mapping):
             assert mapping.selector in query, name
 
 
+def test_every_vllm_series_has_its_deployment_read_from_the_pod_before_it_is_grouped():
+    templates = [*QUERIES.values(), *FRESHNESS.values(), WAITING_PER_REPLICA, ENDPOINT_REQUESTS, ENDPOINT_FAILURES]
+    for template in templates:
+        query = render(template, LabelMapping(), "1m")
+        assert query.count("vllm:") == query.count('label_replace(') > 0, query
+        assert query.count('"deployment", "$1", "pod"') == query.count("vllm:"), query
+
+
+@pytest.mark.parametrize(("pod", "deployment"), [
+    ("chat-7d9f8c6b5-x2k4p", "chat"),
+    ("chat-canary-7d9f8c6b5-x2k4p", "chat-canary"),  # never read as chat's
+    ("vllm-llama-3-1-8b-5f6b7c8d9b-abcde", "vllm-llama-3-1-8b"),
+    ("chat-0", None),  # a StatefulSet's pod: not a Deployment's
+    ("chat-7d9f8c6b5x2k4p", None),
+])
+def test_the_deployment_is_read_from_its_pods_names(pod, deployment):
+    # Prometheus anchors label_replace's expression at both ends, as fullmatch does (RE2 and re agree here).
+    match = re.fullmatch(DEPLOYMENT_OF_POD, pod)
+    assert (match[1] if match else None) == deployment
+
+
+def test_the_longest_deployment_name_still_has_pods_it_can_be_read_from():
+    # Kubernetes: pod name = (ReplicaSet name + "-")[:58] + 5 characters; ReplicaSet = Deployment + "-" + hash (<= 10).
+    deployment = "d" * MAX_DEPLOYMENT_NAME
+    pod = (f"{deployment}-{'7' * 10}-")[:58] + "x2k4p"
+    assert re.fullmatch(DEPLOYMENT_OF_POD, pod)[1] == deployment
+    longer = "d" * (MAX_DEPLOYMENT_NAME + 1)
+    assert re.fullmatch(DEPLOYMENT_OF_POD, (f"{longer}-{'7' * 10}-")[:58] + "x2k4p") is None
+
+
 class FakeClient:
     def __init__(self, answer):
         self.answer = answer
@@ -37,19 +76,19 @@ class FakeClient:
 @pytest.mark.parametrize(
     ("case", "series"),
     [
-        ("a matrix instead of a vector", {"metric": {"model_name": "m"}, "values": [[1.0, "3"]]}),
-        ("a value that is not a number", {"metric": {"model_name": "m"}, "value": [1.0, "many"]}),
-        ("+Inf", {"metric": {"model_name": "m"}, "value": [1.0, "+Inf"]}),
+        ("a matrix instead of a vector", {"metric": POOL_LABELS, "values": [[1.0, "3"]]}),
+        ("a value that is not a number", {"metric": POOL_LABELS, "value": [1.0, "many"]}),
+        ("+Inf", {"metric": POOL_LABELS, "value": [1.0, "+Inf"]}),
     ],
 )
 def test_it_reads_malformed_answers_as_unknown(case, series):
     def answer(query):
         if "timestamp(" in query:
-            return [{"metric": {"model_name": "m"}, "value": [100.0, "99"]}]
+            return [{"metric": POOL_LABELS, "value": [100.0, "99"]}]
         return [series]
 
     source = PrometheusSignalSource(PrometheusConfig("http://unused"), client=FakeClient(answer))  # type: ignore[arg-type]
-    signals = source.read([PoolSelector("pool", {"model_name": "m"})], at_s=100.0)["pool"]
+    signals = source.read([PoolSelector("pool", POOL_LABELS)], at_s=100.0)["pool"]
     assert not signals.queue_depth.is_known, case
 
 

@@ -236,6 +236,36 @@ def test_the_real_server_queues_beyond_max_num_seqs(bursts: dict[str, dict]) -> 
         f"{queued_s:.2f} s in queue over {real['wall_s']:.2f} s")
 
 
+@pytest.mark.parametrize("kind", SERVERS)
+def test_a_request_its_client_gave_up_on_is_only_in_the_apis_answers(
+        kind: str, real_vllm_url: str, emulator_url: str, models: dict[str, str]) -> None:
+    """What the arrival rate stands on (docs/engine.md, "request rate"): vLLM leaves an aborted request out of
+    `request_success_total` and the latency histograms (vLLM issues 31503, 55634), and the API's request counter
+    has it. The emulator must do the same, or the sandbox would hide the undercount."""
+    base = real_vllm_url if kind == "real" else emulator_url
+    before = _metrics(base)
+    abandoned = 3
+    for _ in range(abandoned):
+        body = {"model": models[kind], "prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}
+        with requests.post(base + "/v1/completions", json=body, stream=True, timeout=60) as response:
+            assert response.status_code == 200
+            next(response.iter_lines())  # the first chunk, then the client hangs up
+    assert wait_until(lambda: _value(_metrics(base), "vllm:num_requests_running") == 0
+                      and _value(_metrics(base), "vllm:num_requests_waiting") == 0, 30, interval=0.25)
+    after = _metrics(base)
+
+    def delta(sample: str, **labels: str) -> float:
+        def value(text: str) -> float:  # the API's series are born with its first answer
+            return sum(v for name, got, v in mc.iter_samples(text)
+                       if name == sample and all(got.get(k) == w for k, w in labels.items()))
+        return value(after) - value(before)
+
+    assert delta("vllm:request_success_total") == 0
+    assert delta("vllm:e2e_request_latency_seconds_count") == 0
+    assert delta("http_requests_total", handler="/v1/completions") == abandoned
+    assert delta("vllm:prompt_tokens_total") > 0
+
+
 # ----------------------------------------------------------------------- conformance
 
 def test_the_emulator_exposes_the_families_headroom_reads_like_real_vllm(
@@ -305,8 +335,8 @@ def test_headroom_promql_answers_for_real_and_emulated_alike(
     real, emulated = _address(real_vllm_url), _address(emulator_url)
     with PrometheusLauncher(scrape_interval_s=1.0) as prometheus:
         prometheus.set_targets([
-            ScrapeTarget(real, {"namespace": "realvllm", "deployment": "real", "pod": "real-0"}),
-            ScrapeTarget(emulated, {"namespace": "realvllm", "deployment": "emulated", "pod": "emulated-0"}),
+            ScrapeTarget(real, {"namespace": "realvllm", "pod": "real-7d9f8c6b5-x2k4p"}),
+            ScrapeTarget(emulated, {"namespace": "realvllm", "pod": "emulator-7d9f8c6b5-q8z2m"}),
         ])
         prometheus.wait_for_up([real, emulated], timeout=60)
         # Traffic while scraped, so that rate() over the histogram buckets has increases to see: each wave
@@ -339,7 +369,7 @@ def test_headroom_promql_answers_for_real_and_emulated_alike(
         # The work share through the driver, from a real vLLM's series: known (the traffic is over, so 0:
         # nothing running, no prompt in the last scrape interval), never unknown for want of a series.
         source = PrometheusSignalSource(PrometheusConfig(prometheus.url, rate_window="30s"))
-        read = source.read([PoolSelector(kind, {"model_name": models[kind]}) for kind in ("real", "emulator")])
+        read = source.read([PoolSelector.of_deployment(kind, "realvllm", kind) for kind in ("real", "emulator")])
         for kind in ("real", "emulator"):
             signals = read[kind]
             assert signals.prompt_tokens_tick_rate.is_known and signals.prompt_tokens_rate.value > 0, (kind, signals)
@@ -355,7 +385,7 @@ def test_headroom_promql_answers_for_real_and_emulated_alike(
                     list(pool.map(lambda _: _complete(real_vllm_url, models["real"], 64), range(16)))
 
         def share_under_load() -> float:
-            return work_share(source.read([PoolSelector("real", {"model_name": models["real"]})])["real"],
+            return work_share(source.read([PoolSelector.of_deployment("real", "realvllm", "real")])["real"],
                               batch_slots=8, prefill_tokens_per_s=None).known
 
         loader = threading.Thread(target=load, daemon=True)

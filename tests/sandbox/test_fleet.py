@@ -188,3 +188,31 @@ def test_it_injects_errors_slowness_hangs_and_death(fleet: Fleet, small_profile)
     replica.restart()
     assert replica.wait_ready(timeout=5)
     assert requests.get(url + "/health", timeout=2).status_code == 200
+
+
+def test_it_observes_the_first_token_when_it_comes_and_leaves_an_abort_uncounted_like_vllm(small_profile) -> None:
+    """vLLM observes the time to first token as the token comes out (a long answer's TTFT is on /metrics while it
+    still decodes), and an aborted request is in none of the per-request metrics (vLLM issues 31503, 55634)."""
+    from sandbox.engine import Engine
+    from sandbox.vllm_metrics import FINISHED_REASONS, VllmMetrics
+
+    clock = ManualClock()
+    metrics = VllmMetrics(MODEL, 2048, small_profile.kv_cache_tokens)
+    engine = Engine(small_profile, metrics, clock)
+    histograms = metrics.histograms
+    request = engine.submit(prompt_tokens=10, max_tokens=1000)  # 20 s of decoding at 20 ms a token
+    clock.t = 1.0
+    engine.advance_to(1.0)
+
+    assert request.first_token is not None and request.finished is None
+    assert histograms["vllm:time_to_first_token_seconds"].count == 1
+    assert histograms["vllm:time_to_first_token_seconds"].total == pytest.approx(request.first_token)
+    assert histograms["vllm:e2e_request_latency_seconds"].count == 0
+
+    engine.abort(request)  # the client hung up
+
+    assert request.finished_reason == "abort"
+    assert {reason: metrics.success[reason] for reason in FINISHED_REASONS} == dict.fromkeys(FINISHED_REASONS, 0)
+    assert histograms["vllm:e2e_request_latency_seconds"].count == 0
+    assert histograms["vllm:request_queue_time_seconds"].count == 0
+    assert metrics.prompt_tokens == 10  # the engine's token counters saw it

@@ -58,7 +58,7 @@ def test_it_scrapes_vllm_colon_names_and_computes_histogram_quantiles(
                                       '(rate(vllm:time_to_first_token_seconds_bucket[10s])))')
         assert ttft_p95 is not None and 0.0 < ttft_p95 <= 0.1
 
-        series = prometheus.query('vllm:num_requests_running{deployment="chat"}')
+        series = prometheus.query('vllm:num_requests_running{pod=~"chat-.*"}')
         assert {s["metric"]["pod"] for s in series} == {r.name for r in replicas}
         assert not prometheus.query('{__name__=~"vllm_.*"}')  # no colon was rewritten
 
@@ -74,7 +74,7 @@ def test_it_follows_replicas_as_they_come_and_go(prometheus: PrometheusLauncher,
         fleet.remove_replica(first)
         second.wait_ready(timeout=5)
         prometheus.wait_for_up([f"127.0.0.1:{second.port}"], timeout=20)
-        assert wait_until(lambda: {s["metric"]["pod"] for s in prometheus.query('up{deployment="scale"}')}
+        assert wait_until(lambda: {s["metric"]["pod"] for s in prometheus.query('up{pod=~"scale-.*"}')}
                           == {second.name}, 5)
 
 
@@ -133,7 +133,7 @@ def test_it_backfills_history_that_promql_reads_like_live_data(small_profile: Po
         successes = _samples(history, "vllm:request_success_total")  # one series per finished_reason
         expected_requests = sum(_increase(series, *window) for series in successes.values()) * 300 / 285
         assert expected_requests > 450  # steady: 2 req/s, about 600 in five minutes
-        requests_5m = at('sum(increase(vllm:request_success_total{deployment="chat"}[5m]))', 67.5)
+        requests_5m = at('sum(increase(vllm:request_success_total{pod="chat-history-00000"}[5m]))', 67.5)
         assert requests_5m == pytest.approx(expected_requests, rel=1e-6)
 
         buckets = _samples(history, "vllm:e2e_request_latency_seconds_bucket")
@@ -174,7 +174,7 @@ def test_the_storys_history_reads_as_yesterdays_rates_per_wall_second(small_prof
         launcher.start()
         source = PrometheusSignalSource(PrometheusConfig(launcher.url, rate_window=sandbox_rate_window(speed)))
         peak_at = start + story_peak_wall_s(speed) - DAY_S
-        rates = dict(source.rate_history([PoolSelector("chat", {"model_name": MODEL})], peak_at - 1200,
+        rates = dict(source.rate_history([PoolSelector.of_deployment("chat", "sandbox", "chat")], peak_at - 1200,
                                          peak_at + 3000, 60.0)["chat"])
         at = lambda t: min(rates.items(), key=lambda item: abs(item[0] - t))[1]  # noqa: E731 - the nearest step
         assert at(peak_at - 600) == pytest.approx(BASE_RPS_PER_POOL * speed, rel=0.05)

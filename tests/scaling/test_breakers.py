@@ -176,7 +176,7 @@ def test_the_beat_reads_each_pods_errors_from_prometheus_and_ejects_it(sandbox, 
         requests.put(f"{kube.url}/sandbox/pods/{NS}/{faulty}/faults", json={"error_rate": 0.5}, timeout=5)
         sent = send(gateway, 150)
         source = PrometheusSignalSource(PrometheusConfig(prometheus.url))
-        selector = [PoolSelector("p", {"model_name": "chat"})]
+        selector = [PoolSelector.of_deployment("p", NS, DEPLOYMENT)]
         # Every series was born inside the 5-minute window, the 5xx one with the first failure: counted from 0,
         # not by increase(), which skips a series' first sample and extrapolates (CI once read 67 of 74 failures).
         expected = (1 + sent[faulty].requests, sent[faulty].failures)
