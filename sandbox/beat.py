@@ -3,8 +3,10 @@
 `make demo` and `demo --headless` run the control loop in a thread of their own. Each round does, for
 the sandbox cluster, what the production beat schedules every 15 s (controlplane/celery.py): follow
 executions, tick the pools, advance traffic shifts (and the shifts pre-scales call for), decide each
-fallback, evaluate the circuit breakers, and expire proposals nobody decided on. Before this, the live
-demo only ticked: a shift or a fallback started there never moved.
+fallback, evaluate the circuit breakers, expire proposals nobody decided on, and hand out again the
+warm-pool reports whose run stopped (a demo restarted mid-report). Before this, the live demo only
+ticked: a shift or a fallback started there never moved. (The tick evaluates the alert rules itself; the
+demo has no notification channel to sweep unless one is added, and no beat of its own to watch.)
 """
 from __future__ import annotations
 
@@ -31,3 +33,4 @@ def run_once(say: Say) -> None:
     tasks.advance_fallbacks()
     tasks.evaluate_breakers()
     tasks.expire_proposals()
+    tasks.retake_stalled_reports()

@@ -21,7 +21,8 @@ def test_a_round_ticks_the_sandbox_pools_and_moves_shifts_fallbacks_and_breakers
         Pool.objects.create(cluster=cluster, team=team, name=f"chat-{cluster.name}", namespace="ns", deployment="d",
                             model_name="m", gpu_type="H100", min_replicas=1, max_replicas=4)
     calls: list[str] = []
-    for name in ("advance_executions", "advance_shifts", "advance_fallbacks", "evaluate_breakers", "expire_proposals"):
+    for name in ("advance_executions", "advance_shifts", "advance_fallbacks", "evaluate_breakers", "expire_proposals",
+                 "retake_stalled_reports"):
         monkeypatch.setattr(tasks, name, lambda name=name: calls.append(name))
 
     def tick(pools):  # noqa: ANN001, ANN202
@@ -32,5 +33,5 @@ def test_a_round_ticks_the_sandbox_pools_and_moves_shifts_fallbacks_and_breakers
     said: list[str] = []
     beat.run_once(said.append)
     assert calls == ["advance_executions", "tick chat-sandbox", "advance_shifts", "advance_fallbacks",
-                     "evaluate_breakers", "expire_proposals"]
+                     "evaluate_breakers", "expire_proposals", "retake_stalled_reports"]
     assert said == ["[loop] sandbox/chat-sandbox: proposal #1 reactive 1 → 2"]
