@@ -1,5 +1,5 @@
 """A small stand-in for Prometheus's HTTP API: instant queries answer no series, range queries a flat 2 req/s
-per model on Prometheus's own grid (start, start + step, ... <= end). It can answer late (`delay`) or fail
+per pool (its namespace and Deployment) on Prometheus's own grid (start, start + step, ... <= end). It can answer late (`delay`) or fail
 range queries (`range_status`), and records every request (`hits`). For the loop's tests that need a
 Prometheus that misbehaves on cue; the real one runs in tests/integration."""
 import json
@@ -10,10 +10,10 @@ from urllib.parse import parse_qs, urlparse
 
 
 class Stub:
-    def __init__(self, model_names: tuple[str, ...] | list[str] = ("llama-8b",)) -> None:
+    def __init__(self, deployments: list[tuple[str, str]]) -> None:
         self.delay = 0.0
         self.range_status = 200
-        self.model_names = list(model_names)
+        self.deployments = list(deployments)  # (namespace, Deployment)
         self.hits = []  # (path, params)
         stub = self
 
@@ -44,7 +44,8 @@ class Stub:
                             points.append([t, "2.0"])
                             t += step
                         body = {"status": "success", "data": {"resultType": "matrix", "result": [
-                            {"metric": {"model_name": m}, "values": points} for m in stub.model_names]}}
+                            {"metric": {"namespace": namespace, "deployment": deployment}, "values": points}
+                            for namespace, deployment in stub.deployments]}}
                         code = 200
                 else:
                     body, code = {"status": "success", "data": {"resultType": "vector", "result": []}}, 200

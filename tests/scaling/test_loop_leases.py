@@ -88,7 +88,7 @@ def test_an_api_server_that_stops_answering_costs_one_timeout_not_one_per_pool(p
 
 @pytest.fixture
 def prometheus(pool: Pool, settings) -> Iterator[Stub]:  # noqa: ANN001
-    stub = Stub(model_names=[pool.model_name])
+    stub = Stub(deployments=[(pool.namespace, pool.deployment)])
     Cluster.objects.filter(pk=pool.cluster_id).update(prometheus_url=stub.url)
     settings.PROMETHEUS_ENABLED, settings.KUBERNETES_ENABLED = True, False
     yield stub
