@@ -70,6 +70,23 @@ class FallbackConflict(FallbackError):
         return body
 
 
+class FallbackInUse(core.AccessDenied):
+    """A change that would strand an open fallback: its pool's fallback pool retargeted, or its policy deleted
+    (409). An AccessDenied, so the pool's edit form shows it on the field, as it shows a fallback pool it refuses."""
+
+    status_code = 409
+
+    def __init__(self, activation: FallbackActivation, change: str, field: str) -> None:
+        super().__init__(f"{activation.pool} has fallback #{activation.pk} to {activation.fallback_pool} open "
+                         f"({activation.phase}, {activation.route_percent} % of the route on "
+                         f"{activation.fallback_backend}): restore it first, then {change}.", field)
+        self.activation = activation
+
+    def payload(self) -> dict[str, Any]:
+        return {"detail": str(self), self.field or "detail": [str(self)], "id": self.activation.pk,
+                "phase": self.activation.phase}
+
+
 # --- reading --------------------------------------------------------------------------------------
 
 
@@ -199,7 +216,8 @@ def _transition(activation: FallbackActivation, target: str, kind: str, actor: c
 
 def _open(pool: Pool) -> FallbackActivation | None:
     return FallbackActivation.objects.select_for_update(of=("self",)).select_related(
-        "pool__team", "pool__cluster", "pool__fallback_pool").filter(pool=pool, phase__in=list(FALLBACK_OPEN_PHASES)).first()
+        "pool__team", "pool__cluster", "pool__fallback_pool", "fallback_pool__team", "fallback_pool__cluster") \
+        .filter(pool=pool, phase__in=list(FALLBACK_OPEN_PHASES)).first()
 
 
 def _shift_on_route(policy: FallbackPolicy) -> TrafficShift | None:
@@ -421,8 +439,11 @@ def advance(now: datetime | None = None) -> dict[str, int]:
         except Exception:  # noqa: BLE001 - logged; the next beat tries again
             counts["errors"] += 1
             logger.exception("fallback tick for pool #%s failed", pool_id)
-    for activation_id in FallbackActivation.objects.filter(phase__in=list(FALLBACK_OPEN_PHASES), forced=True) \
-            .values_list("pk", flat=True):
+    # The writes no tick makes: a person's activation, and an open one whose policy is off or gone (a person's
+    # restore of it above all: the row says what to write, whatever became of the policy).
+    ticked = FallbackPolicy.objects.filter(enabled=True).values("pk")
+    for activation_id in FallbackActivation.objects.filter(phase__in=list(FALLBACK_OPEN_PHASES)) \
+            .filter(Q(forced=True) | ~Q(pool_id__in=ticked)).values_list("pk", flat=True):
         try:
             write(activation_id)
         except Exception:  # noqa: BLE001
@@ -434,9 +455,9 @@ def advance(now: datetime | None = None) -> dict[str, int]:
 # --- a person's actions ---------------------------------------------------------------------------
 
 
-def _check_may_act(actor: core.Actor, policy: FallbackPolicy) -> None:
+def _check_may_act(actor: core.Actor, pool: Pool, fallback: Pool | None) -> None:
     try:
-        traffic._check_may_act(actor, policy.pool, policy.pool.fallback_pool)
+        traffic._check_may_act(actor, *(each for each in (pool, fallback) if each is not None))
     except traffic.ShiftForbidden as exc:
         raise FallbackForbidden(str(exc).replace("Moving traffic", "A fallback")) from None
 
@@ -455,7 +476,7 @@ def activate(pool: Pool, share: float, actor: core.Actor, comment: str = "",
     if not 0.0 < share <= 1.0:
         raise InvalidFallback("share", f"share must be above 0 and at most 1; got {share}.")
     policy = _policy_for(pool)
-    _check_may_act(actor, policy)
+    _check_may_act(actor, policy.pool, policy.pool.fallback_pool)
     with transaction.atomic():
         policy = _locked_policy(pool.pk)
         activation = _open(pool)
@@ -477,22 +498,34 @@ def activate(pool: Pool, share: float, actor: core.Actor, comment: str = "",
 
 
 def restore(pool: Pool, actor: core.Actor, comment: str = "", router: Router | None = None) -> FallbackActivation:
-    """A person sends all the pool's traffic back to it now (one write); 409 when no fallback is open."""
-    policy = _policy_for(pool)
-    _check_may_act(actor, policy)
+    """A person sends all the pool's traffic back to it now (one write), or rejects an entry waiting for approval.
+
+    Works from what the open activation recorded (its fallback pool, route and backends), whatever became of
+    the policy or of the pool's fallback pool since. 409 when no fallback is open, and when all the traffic is
+    already on its way back (a second click: the first restore's write is retried by the beat, audited once).
+    """
+    _check_may_act(actor, pool, None)
     with transaction.atomic():
-        policy = _locked_policy(pool.pk)
+        # The policy's lock first, as the tick takes it (a policy deleted meanwhile has none to take).
+        policy = FallbackPolicy.objects.select_for_update(of=("self",)).filter(pk=pool.pk).first()
         activation = _open(pool)
         if activation is None:
             raise FallbackConflict(f"No fallback is open for {pool}: nothing to restore.")
+        _check_may_act(actor, activation.pool, activation.fallback_pool)
+        if activation.phase == FallbackPhase.RESTORING and activation.target_percent == 0:
+            failing = f" (the last write failed: {activation.last_error})" if activation.last_error else ""
+            raise FallbackConflict(f"Fallback #{activation.pk} of {pool} is already being restored: 0 % of the route "
+                                   f"on {activation.fallback_backend} is being written{failing}, and the beat retries "
+                                   "it until it is.", activation)
         if activation.phase == FallbackPhase.WAITING_APPROVAL:
             _transition(activation, FallbackPhase.REJECTED, "rejected", actor, comment or "entry rejected")
         else:
             activation.target_percent, activation.share = 0, 0.0
             _transition(activation, FallbackPhase.RESTORING, "restore", actor, comment or f"restored by {actor.name}",
                         target_percent=0)
-        policy.state = _state_dict(engine.FallbackState(since_s=None))
-        policy.save(update_fields=["state", "updated_at"])
+        if policy is not None:
+            policy.state = _state_dict(engine.FallbackState(since_s=None))
+            policy.save(update_fields=["state", "updated_at"])
     if activation.phase == FallbackPhase.REJECTED:
         return activation
     return write(activation.pk, router)
@@ -501,7 +534,7 @@ def restore(pool: Pool, actor: core.Actor, comment: str = "", router: Router | N
 def approve(pool: Pool, actor: core.Actor, comment: str = "", router: Router | None = None) -> FallbackActivation:
     """Approve the entry a pool's policy waits for: its current share goes on the route now."""
     policy = _policy_for(pool)
-    _check_may_act(actor, policy)
+    _check_may_act(actor, policy.pool, policy.pool.fallback_pool)
     with transaction.atomic():
         policy = _locked_policy(pool.pk)
         activation = _open(pool)
@@ -519,3 +552,31 @@ def open_on_route(cluster_id: int, router_kind: str, namespace: str, route_name:
                                              route_namespace=namespace, route_name=route_name,
                                              phase__in=list(FALLBACK_OPEN_PHASES)).first()
 
+
+# --- what would strand an open fallback -----------------------------------------------------------
+
+
+def delete_policy(policy: FallbackPolicy, actor: core.Actor) -> None:
+    """Delete a pool's policy (audited); 409 while a fallback of the pool is open: the tick that steps its
+    return, and the share a person approves, go with the policy. Restore it first."""
+    with transaction.atomic():
+        policy = _locked_policy(policy.pk)  # an entry is created under this lock: none slips in before the delete
+        if (activation := _open(policy.pool)) is not None:
+            raise FallbackInUse(activation, "delete the policy", "pool")
+        core.delete_with_audit(actor, policy)
+
+
+def refuse_retargeting_an_open_fallback(sender: type, instance: Pool, update_fields: frozenset[str] | None = None,
+                                        raw: bool = False, **kwargs: Any) -> None:
+    """`pre_save` of a pool: its fallback pool stays as it is while a fallback of it is open (409 in the API, an
+    error on the field in the web form). A restore works from the activation's own record anyway; this keeps the
+    pool's page, the policy's decisions and the route saying the same thing until the traffic is back."""
+    if raw or instance.pk is None or (update_fields is not None
+                                      and not {"fallback_pool", "fallback_pool_id"} & set(update_fields)):
+        return
+    activation = FallbackActivation.objects.select_related("pool__cluster", "fallback_pool__cluster").filter(
+        pool_id=instance.pk, phase__in=list(FALLBACK_OPEN_PHASES)).exclude(fallback_pool_id=instance.fallback_pool_id) \
+        .first()
+    if activation is not None:
+        change = "change its fallback pool" if instance.fallback_pool_id else "clear its fallback pool"
+        raise FallbackInUse(activation, change, "fallback_pool")

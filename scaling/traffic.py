@@ -185,11 +185,23 @@ def _check_may_act(actor: core.Actor, *pools: Pool) -> None:
 # --- starting -------------------------------------------------------------------------------------
 
 
-def _replay(to_pool: Pool, key: str, from_pool: Pool) -> TrafficShift | None:
-    existing = TrafficShift.objects.filter(to_pool=to_pool, idempotency_key=key).first()
-    if existing is not None and existing.from_pool_id != from_pool.pk:
-        raise ShiftConflict(f"The idempotency key '{key}' was used for shift #{existing.pk} from another pool; "
-                            "use a new key for a different shift.", existing, field="idempotency_key")
+def _shown(value: Any) -> str:
+    return str(value) if isinstance(value, Pool) else repr(value)
+
+
+def _replay(to_pool: Pool, key: str, asked: dict[str, Any]) -> TrafficShift | None:
+    """The shift an idempotency key already started for this receiving pool, when it was asked for the same
+    shift (`asked`: the start's parameters, as stored); 409 naming the key when it was asked for another."""
+    existing = TrafficShift.objects.select_related("from_pool__cluster").filter(to_pool=to_pool,
+                                                                                 idempotency_key=key).first()
+    if existing is None:
+        return None
+    differences = [f"{name} {_shown(getattr(existing, name))}, not {_shown(value)}"
+                   for name, value in asked.items() if getattr(existing, name) != value]
+    if differences:
+        raise ShiftConflict(f"The idempotency key '{key}' was used for shift #{existing.pk} with other parameters "
+                            f"({'; '.join(differences)}); use a new key for a different shift.",
+                            existing, field="idempotency_key")
     return existing
 
 
@@ -269,9 +281,14 @@ def start(
     """Start a shift of `from_pool`'s traffic on its route to `to_pool` (phase pending; the next tick steps).
 
     Reads the route once to plan and validate every step's weights before anything is written. With an
-    `idempotency_key` already used for the receiving pool, returns that shift unchanged.
+    `idempotency_key` already used for the receiving pool, returns that shift unchanged when it was started
+    with the same parameters, and refuses (409 on `idempotency_key`) when it was started with others.
     """
-    if idempotency_key and (existing := _replay(to_pool, idempotency_key, from_pool)):
+    asked = {"from_pool": from_pool, "router_kind": router_kind,
+             "steps": list(shifting.DEFAULT_STEPS if steps is None else steps), "hold_s": hold_s,
+             "max_p95_s": max_p95_s, "max_error_rate": max_error_rate, "failure_threshold": failure_threshold,
+             "no_data_deadline_s": no_data_deadline_s, "gated_steps": sorted(set(gated_steps or []))}
+    if idempotency_key and (existing := _replay(to_pool, idempotency_key, asked)):
         return existing
     _check_pools(from_pool, to_pool)
     _check_may_act(actor, from_pool, to_pool)
@@ -322,7 +339,7 @@ def start(
             core.record(actor, "shift-start", shift, team=to_pool.team)
     except IntegrityError:
         # A concurrent start won the route (or used the same key): answer with what it made.
-        if idempotency_key and (existing := _replay(to_pool, idempotency_key, from_pool)):
+        if idempotency_key and (existing := _replay(to_pool, idempotency_key, asked)):
             return existing
         raise ShiftConflict(f"Another shift is already moving traffic on route {route.name}.", field="to_pool") from None
     return shift
@@ -521,11 +538,16 @@ def rollback(shift_id: int, actor: core.Actor, comment: str = "", router: Router
 
 
 def approve(shift_id: int, actor: core.Actor, comment: str = "") -> TrafficShift:
-    """Approve the gated step a shift waits for; the next tick writes it (after its capacity check)."""
+    """Approve the gated step a shift waits for; the next tick writes it (after its capacity check).
+    409 when no step waits, or when the step waiting is already approved."""
     with transaction.atomic():
         shift = _act(shift_id, actor)
         if shift.phase != ShiftPhase.WAITING_APPROVAL:
             raise ShiftConflict(f"Shift #{shift.pk} is {shift.phase}; no step waits for approval.", shift)
+        if shift.approved_step > shift.step:
+            # A second click, or a Slack retry: approved once, audited once (as a proposal's approval).
+            raise ShiftConflict(f"Step {shift.approved_step} of shift #{shift.pk} is already approved; the next tick "
+                                "writes it.", shift)
         shift.approved_step = shift.step + 1
         shift.save(update_fields=["approved_step", "updated_at"])
         _event(shift, shift.phase, actor, comment or f"step {shift.approved_step} approved",

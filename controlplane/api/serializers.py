@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane import audit_view, permissions
+from controlplane.api.fields import StrictPrimaryKeyRelatedField
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
 
@@ -35,9 +36,10 @@ STRICT_FIELDS = serializers.ModelSerializer.serializer_field_mapping | {
 
 class ScopedModelSerializer(serializers.ModelSerializer):
     """Runs the model's own `clean()` and only offers related objects the user can see
-    (except through fields marked `scoped = False`)."""
+    (except through fields marked `scoped = False`), each named by a whole-number id."""
 
     serializer_field_mapping = STRICT_FIELDS
+    serializer_related_field = StrictPrimaryKeyRelatedField
 
     def get_fields(self):  # noqa: ANN201
         fields = super().get_fields()

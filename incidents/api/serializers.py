@@ -3,6 +3,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.api.fields import StrictIdField
 from controlplane.api.serializers import STRICT_FIELDS, TeamSlugField
 from incidents import outbound, rules, timeline
 from scaling.choices import PeakBasis
@@ -196,8 +197,8 @@ class PlaybookRunSerializer(serializers.ModelSerializer):
 
 
 class PlaybookRunStartSerializer(serializers.Serializer):
-    incident = serializers.IntegerField(min_value=1)
-    playbook = serializers.IntegerField(min_value=1)
+    incident = StrictIdField()
+    playbook = StrictIdField()
 
 
 class PlaybookRunStepActionSerializer(serializers.Serializer):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from controlplane.api.fields import StrictIdField, StrictPrimaryKeyRelatedField
 from controlplane.api.serializers import ScopedModelSerializer, TextField
 from controlplane.choices import Channel
 from controlplane.models import Pool
@@ -146,7 +147,7 @@ class ShiftActionSerializer(serializers.Serializer):
 class BulkDecisionSerializer(serializers.Serializer):
     """Several proposals decided at once: each under the same rules as one approve or reject."""
 
-    ids = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=2**31 - 1),
+    ids = serializers.ListField(child=StrictIdField(max_value=2**31 - 1),
                                 min_length=1, max_length=services.BULK_MAX)
     verdict = serializers.ChoiceField(choices=["approve", "reject"])
     comment = TextField(required=False, allow_blank=True, max_length=2000, default="")
@@ -232,7 +233,7 @@ class FallbackActivationSerializer(serializers.ModelSerializer):
 class FallbackActionSerializer(serializers.Serializer):
     """A person's action on a pool's fallback; `share` only for `activate`."""
 
-    pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.select_related("team", "cluster"))
+    pool = StrictPrimaryKeyRelatedField(queryset=Pool.objects.select_related("team", "cluster"))
     share = serializers.FloatField(required=False, min_value=0.01, max_value=1.0,
                                    help_text="Of the pool's fallback-eligible traffic (activate only; default 1.0).")
     comment = TextField(required=False, allow_blank=True, max_length=2000, default="")

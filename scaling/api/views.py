@@ -319,8 +319,13 @@ class CircuitBreakerViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.Retri
 
 
 class FallbackPolicyViewSet(TeamScopedViewSet):
-    """A pool's fallback policy (keyed by the pool): team admins create, change and delete it; viewers read."""
+    """A pool's fallback policy (keyed by the pool): team admins create, change and delete it (not while a fallback
+    of the pool is open: 409); viewers read."""
 
     queryset = FallbackPolicy.objects.select_related("pool__cluster", "pool__team")
     serializer_class = serializers.FallbackPolicySerializer
     filterset_fields = ["enabled", "requires_approval"]
+
+    def perform_destroy(self, instance: FallbackPolicy) -> None:
+        """409 while a fallback of the pool is open (restore it first)."""
+        fallbacks.delete_policy(instance, self.actor)
