@@ -90,3 +90,34 @@ def test_a_new_pool_gets_its_past_request_rate_from_prometheus_once(alice: User,
         before = SignalSample.objects.filter(pool=pool).count()
         loop.tick([pool])
         assert SignalSample.objects.filter(pool=pool).count() == before + 1  # only the new tick's sample
+
+
+@pytest.mark.prometheus
+@pytest.mark.django_db(transaction=True)
+def test_two_pools_of_one_model_each_read_their_own_traffic(alice: User, settings) -> None:  # noqa: ANN001
+    """The sandbox's fallback pool serves the model of its second primary (the smaller one) and takes no traffic of
+    its own: each reads its own signals. (Keyed by the served model, one of the two read nothing at all, and the
+    other the model's whole traffic.)"""
+    from sandbox.registration import register
+    from sandbox.replica import wait_until
+    from sandbox.runtime import Sandbox, SandboxConfig
+
+    settings.KUBERNETES_ENABLED = settings.PROMETHEUS_ENABLED = True
+    config = SandboxConfig(pools=2, fallback_replicas=1, scenario="steady", speed=4.0, cold_start_s=0.5,
+                           scrape_interval_s=1.0)
+    with Sandbox(config) as sandbox:
+        register(sandbox)
+        pools = list(Pool.objects.select_related("cluster").prefetch_related("slos", "schedules"))
+        fallback = next(pool for pool in pools if pool.deployment.endswith("-fallback"))
+        primary = next(pool for pool in pools if pool.model_name == fallback.model_name and pool != fallback)
+        samples = SignalSample.objects.filter(request_rate_rps__isnull=False)
+
+        def both_read() -> bool:
+            loop.tick(pools)
+            return (samples.filter(pool=primary, request_rate_rps__gt=0).exists()
+                    and samples.filter(pool=fallback).exists())
+
+        assert wait_until(both_read, 90, interval=2.0), "no request rate read for the two pools"
+        primary_rate = samples.filter(pool=primary).latest("at").request_rate_rps
+        fallback_rate = samples.filter(pool=fallback).latest("at").request_rate_rps
+        assert primary_rate > 0 and fallback_rate < 0.1 * primary_rate, (primary_rate, fallback_rate)
