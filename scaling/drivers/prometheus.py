@@ -3,7 +3,9 @@
 All the PromQL Headroom sends lives in `QUERIES` below, written against vLLM's metric names
 (`../shared/reference/vllm-interface.md`) with these placeholders:
 `{by}` the pool labels (`LabelMapping.pool_labels`), `{sel}` extra matchers (`LabelMapping.selector`),
-`{w}` the rate window and `{ws}` the same in seconds. Every query groups by the pool labels, so a
+`{w}` the rate window and `{ws}` the same in seconds; `{derive}…{derive_end}` (written by `_pooled`) add
+the pool labels read from others before grouping: by default a pool is its namespace and Deployment, the
+Deployment read from the pod's name (`LabelMapping`). Every query groups by the pool labels, so a
 cluster with 200 pools costs the same queries as one with a single pool.
 
 Ages. Prometheus stamps an instant query's answer with the evaluation time, not the scrape time,
@@ -46,6 +48,8 @@ from scaling.drivers.signals import PoolSelector, SignalRead
 from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading, plausible
 
 # --- the PromQL -------------------------------------------------------------------------------
+
+
 def _pooled(expr: str) -> str:
     """`expr` with the pool labels the mapping derives added (by default the Deployment, from the pod's
     name), ready to be grouped by the pool labels. Range functions are wrapped whole: label_replace
@@ -62,7 +66,8 @@ _OR_ZERO = " or (max by ({by}) (" + _LIVE + ") * 0)"
 
 
 def _quantile(metric: str, q: float) -> str:
-    return "histogram_quantile(" + f"{q}" + ", sum by ({by}, le) (" + _pooled(f"rate({metric}_bucket{{{{{{sel}}}}}}[{{w}}])") + "))"
+    rate = _pooled(f"rate({metric}_bucket{{{{{{sel}}}}}}[{{w}}])")
+    return f"histogram_quantile({q}, sum by ({{by}}, le) (" + rate + "))"
 
 
 # The API routes that hand the engine a request (not /v1/models, which routers and probes poll).
