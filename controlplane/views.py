@@ -23,6 +23,7 @@ from controlplane import audit_view, forms, permissions, services
 from controlplane import metrics as headroom_metrics
 from controlplane.charts import Line, time_chart
 from controlplane.choices import Channel, Role
+from controlplane.errors import ServiceError
 from controlplane.models import SLO, Cluster, Pool, ScheduleWindow
 
 logger = logging.getLogger(__name__)
@@ -227,6 +228,9 @@ def delete_object(request: HttpRequest, kind: str, pk: int) -> HttpResponse:
         return render(request, "controlplane/confirm_delete.html", {"object": instance, "kind": kind, "back": back})
     try:
         services.delete_with_audit(services.Actor.from_request(request, Channel.WEB), instance)
+    except ServiceError as exc:  # a refusal that says why (a pool with an open incident), as the API says it
+        context = {"object": instance, "kind": kind, "back": back, "error": str(exc)}
+        return render(request, "controlplane/confirm_delete.html", context, status=exc.status_code)
     except ProtectedError as exc:
         blockers = ", ".join(sorted({str(obj) for obj in exc.protected_objects}))
         context = {"object": instance, "kind": kind, "back": back, "error": f"Still used by {blockers}; remove those first."}

@@ -25,7 +25,7 @@ from django.db.models.functions import Least, TruncHour
 from django.utils import timezone
 
 from controlplane import services as core
-from controlplane.models import Cluster, Pool, Team
+from controlplane.models import SLO, Cluster, Pool, Team
 from incidents import incidents, rules, trends
 from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState, NotificationKind, NotificationState
 from incidents.models import Alert, AlertEvent, Channel, Drill, HourlyRollup, Notification, Silence, SloSample
@@ -45,6 +45,11 @@ class AlertError(NotificationError):
     pass
 
 
+class InvalidMatchers(AlertError):
+    def payload(self) -> dict[str, Any]:
+        return {"matchers": [str(self)]}
+
+
 @dataclass
 class Evaluation:
     """What one evaluation changed: alert ids by new state, notifications to deliver, pools that failed."""
@@ -57,23 +62,42 @@ class Evaluation:
 # --- reading the loop's records ---------------------------------------------------------------------
 
 
-def _decided_at(memory: PlannerMemory | None) -> datetime | None:
-    raw = (memory.last_decision or {}).get("at") if memory else None
-    return datetime.fromisoformat(raw) if raw else None
+@dataclass(frozen=True)
+class TickRecord:
+    """What the loop stored for a pool at its last tick (PlannerMemory), read and checked once."""
+
+    decided_at: datetime | None = None
+    decision: dict[str, Any] = field(default_factory=dict)
+    signals: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, memory: PlannerMemory | None) -> TickRecord:
+        """Raises ValueError when the record cannot be read (a partial write, an older format)."""
+        if memory is None:
+            return cls()
+        decision, signals = memory.last_decision or {}, memory.last_signals or {}
+        if not isinstance(decision, dict) or not isinstance(signals, dict):
+            raise ValueError("the planner's last decision and signals must be JSON objects")
+        raw = decision.get("at")
+        if not raw:
+            return cls(None, decision, signals)
+        decided_at = datetime.fromisoformat(raw) if isinstance(raw, str) else None
+        if decided_at is None or decided_at.tzinfo is None:
+            raise ValueError(f"the last decision's time {raw!r} is not an ISO 8601 time with its offset")
+        return cls(decided_at, decision, signals)
 
 
-def record_slo_samples(pools: Sequence[Pool], memories: dict[int, PlannerMemory], now: datetime) -> None:
+def slo_observations(pool: Pool, record: TickRecord) -> list[SloSample]:
+    """The tick's observation of each of the pool's SLOs (none before its first decision)."""
+    if record.decided_at is None:
+        return []
+    observed = ((slo, rules.slo_observation(slo.indicator, slo.threshold, record.signals)) for slo in pool.slos.all())
+    return [SloSample(slo=slo, at=record.decided_at, bad=bad_total[0], total=bad_total[1])
+            for slo, bad_total in observed if bad_total is not None]
+
+
+def record_slo_samples(pools: Sequence[Pool], rows: list[SloSample], now: datetime) -> None:
     """One observation per SLO per tick, keyed by the tick's time: evaluating twice writes it once."""
-    rows = []
-    for pool in pools:
-        memory = memories.get(pool.pk)
-        at = _decided_at(memory)
-        if memory is None or at is None:
-            continue
-        for slo in pool.slos.all():
-            observed = rules.slo_observation(slo.indicator, slo.threshold, memory.last_signals or {})
-            if observed is not None:
-                rows.append(SloSample(slo=slo, at=at, bad=observed[0], total=observed[1]))
     SloSample.objects.bulk_create(rows, ignore_conflicts=True)
     SloSample.objects.filter(slo__pool__in=pools, at__lt=now - SLO_SAMPLE_RETENTION).delete()
 
@@ -141,10 +165,26 @@ def hourly_history(pools: Sequence[Pool], now: datetime) -> dict[int, list[trend
                       + current.get(pool.pk, [])] for pool in pools}
 
 
-def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFacts]:
-    """The rules' inputs for every pool, read in a fixed number of queries."""
+def pool_facts(pools: Sequence[Pool], now: datetime, errors: dict[str, str]) -> dict[int, rules.PoolFacts]:
+    """The rules' inputs for every pool, read in a fixed number of queries.
+
+    A pool whose stored records cannot be read is left out (logged, and reported in `errors`): its
+    alerts stay where they are, and every other pool is still evaluated."""
     memories = {m.pool_id: m for m in PlannerMemory.objects.filter(pool__in=pools)}
-    record_slo_samples(pools, memories, now)
+    records: dict[int, TickRecord] = {}
+    observations: list[SloSample] = []
+    for pool in pools:
+        try:
+            record = TickRecord.read(memories.get(pool.pk))
+            observations += slo_observations(pool, record)
+        except Exception as exc:  # noqa: BLE001 - one unreadable record skips its pool, never every pool
+            _report(pool, exc, errors)
+            continue
+        records[pool.pk] = record
+    pools = [pool for pool in pools if pool.pk in records]
+    if not pools:
+        return {}
+    record_slo_samples(pools, observations, now)
     totals = slo_totals(pools, now)
     history: dict[int, list[rules.Sample]] = defaultdict(list)
     samples = SignalSample.objects.filter(pool__in=pools, at__gt=now - HISTORY, at__lte=now).order_by("at")
@@ -156,14 +196,13 @@ def pool_facts(pools: Sequence[Pool], now: datetime) -> dict[int, rules.PoolFact
     hours = hourly_history(pools, now)
     facts = {}
     for pool in pools:
-        memory = memories.get(pool.pk)
-        decision = (memory.last_decision or {}) if memory else {}
-        decided_at = _decided_at(memory)
+        record = records[pool.pk]
+        decision, decided_at = record.decision, record.decided_at
         slos = [rules.SloFacts(slo.pk, slo.short, slo.objective,
                                totals.get(slo.pk, {})) for slo in pool.slos.all()]
         facts[pool.pk] = rules.PoolFacts(
             pool_id=pool.pk, now_s=now.timestamp(), decided_at_s=decided_at.timestamp() if decided_at else None,
-            signals=(memory.last_signals or {}) if memory else {},
+            signals=record.signals,
             staleness_alert=bool(decision.get("staleness_alert")),
             signals_unknown_for_s=decision.get("signals_unknown_for_s"),
             history=history.get(pool.pk, []), slos=slos,
@@ -228,18 +267,24 @@ def evaluate_alerts(pools: Iterable[Pool] | None = None, now: datetime | None = 
     result = Evaluation()
     if not pools:
         return result
-    facts = pool_facts(pools, now)
+    facts = pool_facts(pools, now, result.errors)
     warming = warming_scale_ups(pools, now)
     silences = active_silences({pool.team_id for pool in pools}, now)
     for pool in pools:
+        if pool.pk not in facts:
+            continue  # its records could not be read (reported)
         try:
             verdicts = rules.evaluate_pool(facts[pool.pk])
             apply_verdicts(pool.team, pool.cluster, pool, verdicts, warming.get(pool.pk, []), silences, now, result)
         except Exception as exc:  # noqa: BLE001 - this pool's alerts wait for the next evaluation
-            logger.exception("alert evaluation failed for pool %s", pool)
-            result.errors[str(pool)] = f"{type(exc).__name__}: {exc}"[:500]
+            _report(pool, exc, result.errors)
     _deliver_on_commit(result.notifications)
     return result
+
+
+def _report(pool: Pool, exc: Exception, errors: dict[str, str]) -> None:
+    logger.error("alert evaluation failed for pool %s", pool, exc_info=exc)
+    errors[str(pool)] = f"{type(exc).__name__}: {exc}"[:500]
 
 
 def evaluate_heartbeats(now: datetime | None = None) -> Evaluation:
@@ -247,13 +292,19 @@ def evaluate_heartbeats(now: datetime | None = None) -> Evaluation:
     now = now or timezone.now()
     result = Evaluation()
     ticks = last_ticks(now)
+    # A cluster whose pools were all removed has no heartbeat left to judge: its alert resolves as an orphan.
+    orphaned = (Alert.objects.filter(rule=rules.HEARTBEAT.key, pool__isnull=True, state__in=ACTIVE_ALERT_STATES)
+                .exclude(cluster__in=list(ticks)).values("cluster"))
     # A drill's cluster stops ticking when the drill ends: that is no control loop down.
-    clusters = Cluster.objects.filter(pk__in=list(ticks)).exclude(pools__drills__isnull=False).select_related("team")
+    clusters = (Cluster.objects.filter(Q(pk__in=list(ticks)) | Q(pk__in=orphaned))
+                .exclude(pools__drills__isnull=False).select_related("team"))
     silences = active_silences({cluster.team_id for cluster in clusters}, now)
     for cluster in clusters:
-        last = ticks[cluster.pk]
-        verdict = rules.heartbeat(cluster.pk, last.timestamp() if last else None, now.timestamp())
-        apply_verdicts(cluster.team, cluster, None, [verdict], [], silences, now, result)
+        verdicts: list[rules.Verdict] = []
+        if cluster.pk in ticks:
+            last = ticks[cluster.pk]
+            verdicts.append(rules.heartbeat(cluster.pk, last.timestamp() if last else None, now.timestamp()))
+        apply_verdicts(cluster.team, cluster, None, verdicts, [], silences, now, result)
     _deliver_on_commit(result.notifications)
     return result
 
@@ -270,7 +321,9 @@ def apply_verdicts(team: Team, cluster: Cluster, pool: Pool | None, verdicts: Se
                 _hold_back(alert, verdict.rule, warming, silences.get(team.pk, []), now)
                 _open_or_clear_incident(alert, now)
                 _notify(alert, pool, now, result)
-        for orphan in active.values():  # its rule is gone (an SLO was deleted)
+        for orphan in active.values():  # its rule is gone (an SLO was deleted, a cluster's last pool removed)
+            if now < orphan.last_evaluated_at:
+                continue  # an evaluation older than the last one (see _apply): a later one resolves it
             if _transition(orphan, AlertState.RESOLVED if orphan.state == AlertState.FIRING else AlertState.CLEARED,
                            "the rule no longer exists", now):
                 result.changed[orphan.state].append(orphan.pk)
@@ -288,10 +341,21 @@ def _open_or_clear_incident(alert: Alert, now: datetime) -> None:
 
 def _apply(team: Team, cluster: Cluster, pool: Pool | None, alert: Alert | None, verdict: rules.Verdict,
            now: datetime, result: Evaluation) -> Alert | None:
+    if alert is not None and now < alert.last_evaluated_at:
+        # Evaluations arrive out of order (the tick evaluates at its start time, the beat at its own now):
+        # an older one than the last has nothing to add, and applied it would move timestamps backwards.
+        return None
     now_s = now.timestamp()
     state = alert.state if alert else None
+    for_s = verdict.rule.for_s * settings.ALERT_HOLD_SCALE
+    if alert is not None and state == AlertState.PENDING:
+        if verdict.status == rules.UNKNOWN:
+            return alert  # held as it is: its last evaluation stays the last one that had a reading
+        if (now - alert.last_evaluated_at).total_seconds() > for_s + rules.PENDING_GAP_S:
+            alert.started_at = now  # seen again after a gap: its `for` starts over
+            alert.save(update_fields=["started_at"])
     since = alert.started_at.timestamp() if alert else None
-    to_state = rules.step(state, since, verdict.status, verdict.rule.for_s * settings.ALERT_HOLD_SCALE, now_s)
+    to_state = rules.step(state, since, verdict.status, for_s, now_s)
     if alert is None:
         if to_state is None:
             return None
@@ -436,13 +500,11 @@ def _deliver_on_commit(notification_ids: list[int]) -> None:
 
 def create_silence(team: Team, matchers: object, ends_at: datetime, actor: core.Actor, *, comment: str = "",
                    starts_at: datetime | None = None, now: datetime | None = None) -> Silence:
-    """Mute the team's matching alerts until `ends_at`. Raises AlertError on bad matchers or times."""
+    """Mute the team's matching alerts until `ends_at`. Raises AlertError on bad times, InvalidMatchers
+    on matchers no alert of the team can carry (the one check of every way a silence is made)."""
     now = now or timezone.now()
     starts_at = starts_at or now
-    try:
-        rules.parse_matchers(matchers)
-    except ValueError as exc:
-        raise AlertError(str(exc)) from exc
+    check_matchers(team, matchers)
     if ends_at <= max(starts_at, now):
         raise AlertError("A silence must end in the future and after it starts.")
     user = actor.user if isinstance(actor.user, AbstractBaseUser) else None
@@ -451,6 +513,29 @@ def create_silence(team: Team, matchers: object, ends_at: datetime, actor: core.
                                          starts_at=starts_at, ends_at=ends_at)
         core.record(actor, "create", silence, team=team)
     return silence
+
+
+def check_matchers(team: Team, matchers: object) -> None:
+    """Raise InvalidMatchers unless some alert of the team could match: a known rule and tier (rules.py),
+    and pool, cluster and slo ids of the team's own that fit together."""
+    try:
+        ids = {m.label: int(m.value) for m in rules.validate_matchers(matchers) if m.label in rules.ID_LABELS}
+    except ValueError as exc:
+        raise InvalidMatchers(str(exc)) from exc
+    pool = Pool.objects.filter(team=team, pk=ids["pool"]).first() if "pool" in ids else None
+    slo = SLO.objects.select_related("pool").filter(pool__team=team, pk=ids["slo"]).first() if "slo" in ids else None
+    # A team's alerts carry a cluster of its own (the heartbeat) or one its pools run in.
+    cluster = (Cluster.objects.filter(Q(team=team) | Q(pools__team=team), pk=ids["cluster"]).first()
+               if "cluster" in ids else None)
+    for label, found in (("pool", pool), ("cluster", cluster), ("slo", slo)):
+        if label in ids and found is None:
+            raise InvalidMatchers(f"team {team.slug} has no {label} {ids[label]}: this silence would match nothing")
+    if pool is not None and cluster is not None and pool.cluster_id != cluster.pk:
+        raise InvalidMatchers(f"pool {pool.pk} runs in cluster {pool.cluster_id}, not {cluster.pk}")
+    if slo is not None and pool is not None and slo.pool_id != pool.pk:
+        raise InvalidMatchers(f"slo {slo.pk} belongs to pool {slo.pool_id}, not {pool.pk}")
+    if slo is not None and cluster is not None and slo.pool.cluster_id != cluster.pk:
+        raise InvalidMatchers(f"slo {slo.pk} belongs to a pool in cluster {slo.pool.cluster_id}, not {cluster.pk}")
 
 
 def expire_silence(silence: Silence, actor: core.Actor, now: datetime | None = None) -> bool:
@@ -466,5 +551,5 @@ def expire_silence(silence: Silence, actor: core.Actor, now: datetime | None = N
     return bool(ended)
 
 
-__all__ = ["AlertError", "Evaluation", "create_silence", "evaluate_alerts", "evaluate_heartbeats",
-           "expire_silence"]
+__all__ = ["AlertError", "Evaluation", "InvalidMatchers", "check_matchers", "create_silence", "evaluate_alerts",
+           "evaluate_heartbeats", "expire_silence"]

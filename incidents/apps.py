@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 from django.db import transaction
-from django.db.models.signals import post_save
+from django.db.models.signals import post_save, pre_delete
 
 
 def _dispatch_after_commit(sender, instance, created: bool, **kwargs) -> None:  # noqa: ANN001, ANN003
@@ -19,4 +19,8 @@ class IncidentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from incidents import services
+
         post_save.connect(_dispatch_after_commit, sender="scaling.ProposalEvent", dispatch_uid="incidents-outbox")
+        pre_delete.connect(services.refuse_deleting_a_pool_in_trouble, sender="controlplane.Pool",
+                           dispatch_uid="incidents-refuse-deleting-a-pool-in-trouble")

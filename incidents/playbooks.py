@@ -449,7 +449,7 @@ def complete(run_id: int, position: int, actor: core.Actor, now: datetime | None
     """Tick a checklist item. Ticking it twice changes nothing."""
     now = now or timezone.now()
     with transaction.atomic():
-        step = _locked_step(run_id, position)
+        step = _refreshed(_locked_step(run_id, position), now)
         _check_may_run(step.run.incident, actor)
         if step.kind != PlaybookStepKind.CHECKLIST:
             raise StepConflict(step, f"Step {position} is an action ({step.kind}); run it instead.")
@@ -465,7 +465,7 @@ def skip(run_id: int, position: int, actor: core.Actor, reason: str = "", now: d
     """Skip a step that has not started (or failed), with the reason."""
     now = now or timezone.now()
     with transaction.atomic():
-        step = _locked_step(run_id, position)
+        step = _refreshed(_locked_step(run_id, position), now)  # a rejected proposal fails it: skippable now
         _check_may_run(step.run.incident, actor)
         if step.state == RunStepState.SKIPPED:
             return step
@@ -481,7 +481,7 @@ def run_step(run_id: int, position: int, actor: core.Actor, now: datetime | None
     nothing new; a refusal of the service fails the step with the reason (it may be run again)."""
     now = now or timezone.now()
     with transaction.atomic():
-        step = _locked_step(run_id, position)
+        step = _refreshed(_locked_step(run_id, position), now)  # a rejected proposal fails it: run again now
         incident = step.run.incident
         _check_may_run(incident, actor)
         action = ACTIONS[step.kind]
@@ -490,7 +490,7 @@ def run_step(run_id: int, position: int, actor: core.Actor, now: datetime | None
         if not action.available or action.start is None:
             raise StepConflict(step, f"Step {position} ({step.kind}) is {action.unavailable_reason}.")
         if step.state not in STARTABLE_RUN_STEP_STATES:
-            return _refreshed(step, now)  # already running, waiting or finished: answer where it stands
+            return step  # already running, waiting or finished: answer where it stands
         if incident.state not in ACTIVE_INCIDENT_STATES:
             raise StepConflict(step, f"Incident #{incident.pk} is {incident.state}; its playbook no longer acts.")
         step.proposal, step.shift = None, None
@@ -508,7 +508,8 @@ def run_step(run_id: int, position: int, actor: core.Actor, now: datetime | None
 
 
 def _refreshed(step: PlaybookRunStep, now: datetime) -> PlaybookRunStep:
-    """Bring a locked running or waiting step up to date with its proposal or shift."""
+    """Bring a locked running or waiting step up to date with its proposal or shift. Every change re-checks
+    the state this gives, not the one last mirrored: a proposal rejected from Slack fails its step at once."""
     action = ACTIONS[step.kind]
     if step.state in FINISHED_RUN_STEP_STATES or action.outcome is None:
         return step

@@ -2,7 +2,9 @@
 
 Each rule answers FIRING, OK or UNKNOWN. Unknown is not healthy: it neither fires nor resolves an
 alert, it holds the alert where it is (a pool whose metrics stopped has the stale-signals alert for
-that). `step()` turns a verdict into the alert's next state, counting the rule's `for` duration.
+that); a pending alert's `for` counts only time the condition was seen to hold, and starts again when the
+condition is seen after a gap longer than the `for` and `PENDING_GAP_S` (`incidents.alerts`). `step()` turns a verdict
+into the alert's next state, counting the rule's `for` duration.
 Tiers and thresholds are design.md §5's defaults; the burn-rate pairs are the SRE workbook's
 (fast: 1 h and 5 min at 14.4x, slow: 6 h and 30 min at 6x).
 """
@@ -11,14 +13,22 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from incidents import trends
 
 P0, P1, P2, P3 = "P0", "P1", "P2", "P3"
+TIERS = (P0, P1, P2, P3)
 FIRING, OK, UNKNOWN = "firing", "ok", "unknown"
+# A pending alert seen again after a gap longer than its rule's `for` and this much more (a loop outage: a
+# whole `for` could have passed unseen) starts its `for` over: one bad reading on each side of a gap is not a
+# condition that held. Shorter gaps (a Prometheus that times out every other tick under the very overload the
+# alert is about) leave the count running, or it might never fire.
+PENDING_GAP_S = 60.0
 # Alert states (incidents.choices.AlertState has the same values).
 PENDING, RESOLVED, CLEARED = "pending", "resolved", "cleared"
 
@@ -484,10 +494,14 @@ class Matcher:
 
 
 MATCHABLE = ("rule", "tier", "pool", "cluster", "slo")
+ID_LABELS = ("pool", "cluster", "slo")
+_ID = re.compile(r"[1-9][0-9]{0,17}")
 
 
 def parse_matchers(raw: object) -> tuple[Matcher, ...]:
-    """[{"label": "pool", "value": "12"}, …]: all must match. Raises ValueError with the reason."""
+    """[{"label": "pool", "value": "12"}, …]: all must match. Raises ValueError with the reason.
+
+    The shape only, as silences are stored; `validate_matchers` says what a new silence must also get right."""
     if not isinstance(raw, list) or not raw:
         raise ValueError('matchers must be a non-empty list like [{"label": "rule", "value": "ttft_p95"}]')
     matchers = []
@@ -498,6 +512,34 @@ def parse_matchers(raw: object) -> tuple[Matcher, ...]:
             raise ValueError(f"label must be one of {', '.join(MATCHABLE)}, got {item['label']!r}")
         matchers.append(Matcher(str(item["label"]), str(item["value"])))
     return tuple(matchers)
+
+
+def validate_matchers(raw: object) -> tuple[Matcher, ...]:
+    """Matchers some alert can carry: string values, a known rule, a real tier, ids as alerts write them
+    (the team's ownership of the ids is the service's check). Raises ValueError with the reason."""
+    matchers = parse_matchers(raw)
+    for item in cast(list[dict[str, object]], raw):  # (parse_matchers checked the shape)
+        if not isinstance(item["value"], str):
+            raise ValueError(f'the value of {item["label"]} must be a string, e.g. "12", got {item["value"]!r}')
+    by_label = {m.label: m.value for m in matchers}
+    if len(by_label) < len(matchers):
+        raise ValueError("each label at most once: an alert carries one value of each, and all matchers must match")
+    rule = by_label.get("rule")
+    if rule is not None and rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    tier = by_label.get("tier")
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+    for label in ID_LABELS:
+        if label in by_label and not _ID.fullmatch(by_label[label]):
+            raise ValueError(f'{label} must be an id like "12", got {by_label[label]!r}')
+    if rule is not None and tier is not None and RULES[rule].tier != tier:
+        raise ValueError(f"rule {rule} is {RULES[rule].tier}, never {tier}: this silence would match nothing")
+    if rule == HEARTBEAT.key and ("pool" in by_label or "slo" in by_label):
+        raise ValueError("heartbeat alerts are per cluster, with no pool or slo: match them by cluster")
+    if rule is not None and "slo" in by_label and rule not in {burn.rule.key for burn in BURN_RULES}:
+        raise ValueError(f"only the burn-rate rules carry an slo, {rule} does not")
+    return matchers
 
 
 def matches(matchers: Sequence[Matcher], labels: Mapping[str, str]) -> bool:

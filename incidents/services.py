@@ -4,6 +4,9 @@ ProposalEvent rows are the outbox. `fan_out` turns each new one into Notificatio
 DispatchedEvent marks it) in one transaction; `deliver` sends one notification outside any
 transaction and records the outcome; nothing is lost when a receiver or a worker is down, because the
 rows stay pending until a later sweep delivers them.
+
+A pool with an open incident is not deleted (`refuse_deleting_a_pool_in_trouble`): the cascade would erase
+what the on-call is working on.
 """
 from __future__ import annotations
 
@@ -16,16 +19,17 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
 from django.utils import timezone
 
 from controlplane import metrics
 from controlplane import services as core
 from controlplane.choices import Channel as ActorChannel
 from controlplane.errors import ServiceError
-from controlplane.models import Team
+from controlplane.models import Pool, Team
 from incidents import outbound
-from incidents.choices import AlertState, ChannelKind, NotificationKind, NotificationState
-from incidents.models import Alert, Channel, DispatchedEvent, Drill, Notification, SlackIdentity
+from incidents.choices import ACTIVE_INCIDENT_STATES, AlertState, ChannelKind, NotificationKind, NotificationState
+from incidents.models import Alert, Channel, DispatchedEvent, Drill, Incident, Notification, SlackIdentity
 from incidents.transports import NothingToSend, TransportError, transport_class, transport_for
 from scaling.choices import ProposalState
 from scaling.models import Proposal, ProposalEvent
@@ -389,3 +393,28 @@ def unlink_slack_user(user: AbstractBaseUser, actor: core.Actor) -> None:
         identity = SlackIdentity.objects.select_for_update().filter(user=user).first()
         if identity is not None:
             core.delete_with_audit(actor, identity)
+
+
+# --- a pool in trouble stays -------------------------------------------------------------------
+
+
+class PoolInTrouble(ServiceError, ProtectedError):
+    """A pool with an open incident cannot be deleted: a ProtectedError to whatever deletes it (the admin, a
+    command), and as a ServiceError a 409 with this sentence in the API and the web."""
+
+    status_code = 409
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def refuse_deleting_a_pool_in_trouble(sender: type, instance: Pool, **kwargs: Any) -> None:
+    """`pre_delete` of a pool: refused while it has an open (or acknowledged, or mitigated) incident, which the
+    cascade would erase with its timeline while the on-call works in it. Alerts alone do not hold a pool: one
+    being taken down reads no signals and fires its staleness alert, and could then never be deleted."""
+    incidents = list(Incident.objects.filter(pool=instance, state__in=sorted(ACTIVE_INCIDENT_STATES)).order_by("pk"))
+    if not incidents:
+        return
+    named = ", ".join(f"incident #{incident.pk} ({incident.severity}, {incident.state})" for incident in incidents)
+    raise PoolInTrouble(f"Pool {instance} has {named}: resolve it first. Deleted now, it would go with the pool, "
+                        "its timeline with it.", incidents)

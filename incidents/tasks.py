@@ -42,6 +42,10 @@ def remind_proposals() -> None:
 
 @shared_task(ignore_result=True)
 def evaluate_alerts() -> None:
-    """Every pool's alert rules from the loop's last tick, and the loop's own heartbeat per cluster."""
-    alerts.evaluate_alerts()
-    alerts.evaluate_heartbeats()
+    """Every pool's alert rules from the loop's last tick, and the loop's own heartbeat per cluster.
+
+    The heartbeat runs even when the pools' evaluation fails: it is what reports a broken loop."""
+    try:
+        alerts.evaluate_alerts()
+    finally:
+        alerts.evaluate_heartbeats()

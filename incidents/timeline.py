@@ -34,6 +34,11 @@ SHIFT_MARKERS = {ShiftPhase.HOLDING: "blue", ShiftPhase.ROLLING_BACK: "orange", 
 PROPOSAL_MARKERS = {ProposalState.APPROVED: "blue", ProposalState.REJECTED: "gray", ProposalState.SUCCEEDED: "green",
                     ProposalState.FAILED: "red"}
 
+# At one instant, causes before their effects (the order of registration says nothing): an alert firing before
+# the incident it opens, a proposal or shift before the playbook step that waits on it, the notification last.
+CAUSAL_RANK = {kind: rank for rank, kind in enumerate(
+    ("alert", "incident", "proposal", "shift", "fallback", "breaker", "playbook", "notification"))}
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -77,7 +82,7 @@ def timeline(incident: Incident, now: datetime | None = None) -> list[Entry]:
     """Every source's entries for the incident, oldest first."""
     span = window(incident, now)
     entries = [entry for read in SOURCES for entry in read(incident, span)]
-    return sorted(entries, key=lambda entry: entry.at)
+    return sorted(entries, key=lambda entry: (entry.at, CAUSAL_RANK.get(entry.kind, len(CAUSAL_RANK))))
 
 
 def _actor(name: str) -> str:
