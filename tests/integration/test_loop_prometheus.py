@@ -38,7 +38,12 @@ def test_a_surge_seen_through_prometheus_becomes_an_executed_scale_up(alice: Use
         proposal = Proposal.objects.filter(pool=pool).order_by("created_at").first()
         assert proposal.kind == "reactive" and proposal.decided_channel == "auto"
         assert any(reason["code"] == "ReactiveQueueDepth" for reason in proposal.reasons)
-        assert proposal.signals["queue_depth"] > 0
+        # The queue, the arriving rate (which counts requests before they finish, and those given up on) or the
+        # work share may see the surge first: whichever bound the proposal read it.
+        read_by = {"ReactiveQueueDepth": "queue_depth", "ReactiveRequestRate": "request_rate_rps",
+                   "ReactiveGpuBusyShare": "work_share"}
+        binding = next(reason["code"] for reason in proposal.reasons if reason["detail"].startswith("binding:"))
+        assert binding in read_by and proposal.signals[read_by[binding]] > 0, (proposal.reasons, proposal.signals)
         # The work share, from vLLM's running requests over the batch slots (the sandbox registers none: the
         # loop read the Deployment's --max-num-seqs, 2) and the prompt tokens at the tick: requests wait, so the
         # batch is full, or nearly (a replica the cluster calls ready that Prometheus has not scraped yet counts
