@@ -199,8 +199,9 @@ def edit_object(request: HttpRequest, kind: str, pk: int | None = None) -> HttpR
                 permissions.check_may_write(request.user, obj, Role.ADMIN, lock=True)
                 services.save_with_audit(services.Actor.from_request(request, Channel.WEB), obj, before=before,
                                          save_related=form.save_m2m)
-        except services.AccessDenied as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+        except ServiceError as exc:  # a refusal (a role, an open fallback under the pool), on its field if it names one
+            field = getattr(exc, "field", None)
+            form.add_error(field if field in form.fields else None, str(exc))
         except IntegrityError:
             # Validation passed but a concurrent change took the name or the Deployment first.
             form.add_error(None, "Another change claimed the same name or Deployment a moment ago; reload and retry.")

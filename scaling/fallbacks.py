@@ -70,17 +70,17 @@ class FallbackConflict(FallbackError):
         return body
 
 
-class FallbackInUse(core.AccessDenied):
+class FallbackInUse(FallbackError):
     """A change that would strand an open fallback: its pool's fallback pool retargeted, or its policy deleted
-    (409). An AccessDenied, so the pool's edit form shows it on the field, as it shows a fallback pool it refuses."""
+    (409; `field` is where the pool's edit form shows it)."""
 
     status_code = 409
 
     def __init__(self, activation: FallbackActivation, change: str, field: str) -> None:
         super().__init__(f"{activation.pool} has fallback #{activation.pk} to {activation.fallback_pool} open "
                          f"({activation.phase}, {activation.route_percent} % of the route on "
-                         f"{activation.fallback_backend}): restore it first, then {change}.", field)
-        self.activation = activation
+                         f"{activation.fallback_backend}): restore it first, then {change}.")
+        self.activation, self.field = activation, field
 
     def payload(self) -> dict[str, Any]:
         return {"detail": str(self), self.field or "detail": [str(self)], "id": self.activation.pk,
