@@ -5,8 +5,9 @@ All the PromQL Headroom sends lives in `QUERIES` below, written against vLLM's m
 `{by}` the pool labels (`LabelMapping.pool_labels`), `{sel}` extra matchers (`LabelMapping.selector`),
 `{w}` the rate window and `{ws}` the same in seconds; `{derive}…{derive_end}` (written by `_pooled`) add
 the pool labels read from others before grouping: by default a pool is its namespace and Deployment, the
-Deployment read from the pod's name (`LabelMapping`). Every query groups by the pool labels, so a
-cluster with 200 pools costs the same queries as one with a single pool.
+Deployment read from the pod's name (`LabelMapping`); `{once}` (written by `_once`) counts a pod scraped by
+two jobs once. Every query groups by the pool labels, so a cluster with 200 pools costs the same queries as
+one with a single pool.
 
 Ages. Prometheus stamps an instant query's answer with the evaluation time, not the scrape time,
 so the source also asks, once per source family, for the oldest scrape time per pool
@@ -50,11 +51,19 @@ from scaling.engine.signals import STALE_AFTER_S, PoolSignals, Reading, plausibl
 # --- the PromQL -------------------------------------------------------------------------------
 
 
+def _once(expr: str) -> str:
+    """`expr` with each series counted once however many jobs scrape it. A pod scraped by both a PodMonitor
+    and a ServiceMonitor (a common slip with the Prometheus operator) exports every series twice, labelled
+    apart only by the scrape (`LabelMapping.scrape_labels`): summed as they come, its queue, load and
+    engines would count double and the pool be scaled for twice its traffic."""
+    return "{once}(" + expr + ")"
+
+
 def _pooled(expr: str) -> str:
-    """`expr` with the pool labels the mapping derives added (by default the Deployment, from the pod's
-    name), ready to be grouped by the pool labels. Range functions are wrapped whole: label_replace
-    takes instant vectors."""
-    return "{derive}" + expr + "{derive_end}"
+    """`expr` counted once (`_once`), with the pool labels the mapping derives added (by default the
+    Deployment, from the pod's name), ready to be grouped by the pool labels. Range functions are wrapped
+    whole: label_replace takes instant vectors."""
+    return "{derive}" + _once(expr) + "{derive_end}"
 
 
 # A pool's live replicas: any vLLM gauge, grouped by the pool labels (and the replica label).
@@ -75,7 +84,7 @@ INFERENCE_HANDLERS = "/v1/(chat/)?completions|/v1/embeddings|/v1/responses"
 
 
 def _http_5xx() -> str:
-    return "sum by ({by}) (rate(http_requests_total{{handler=~\"/v1/.*\",status=~\"5..\"}}[{w}])" + _POD_JOIN + ")"
+    return "sum by ({by}) (" + _once("rate(http_requests_total{{handler=~\"/v1/.*\",status=~\"5..\"}}[{w}])") + _POD_JOIN + ")"
 
 
 QUERIES: dict[str, str] = {
@@ -100,7 +109,7 @@ QUERIES: dict[str, str] = {
     # gave up on: vLLM leaves an aborted request out of `request_success_total` (vllm#31503), and under
     # overload clients time out by the hundred. A pool whose API exports no HTTP series falls back to it.
     "request_rate_rps": (
-        "clamp_min((sum by ({by}) (rate(http_requests_total{{handler=~\"" + INFERENCE_HANDLERS + "\"}}[{w}])"
+        "clamp_min((sum by ({by}) (" + _once("rate(http_requests_total{{handler=~\"" + INFERENCE_HANDLERS + "\"}}[{w}])")
         + _POD_JOIN + ") or sum by ({by}) (" + _pooled("rate(vllm:request_success_total{{{sel}}}[{w}])") + "))"
         " + (sum by ({by}) (" + _pooled("delta(vllm:num_requests_waiting{{{sel}}}[{w}])") + ")" + _OR_ZERO + ") / {ws}"
         " + (sum by ({by}) (" + _pooled("delta(vllm:num_requests_running{{{sel}}}[{w}])") + ")" + _OR_ZERO + ") / {ws}, 0)"
@@ -124,7 +133,7 @@ QUERIES: dict[str, str] = {
         " / sum by ({by}) (" + _pooled("rate(vllm:prefix_cache_queries_total{{{sel}}}[{w}])") + ")"
     ),
     # DCGM exports per GPU with the pod using it; joined to the pool through the pod. 0-100 -> 0-1.
-    "gpu_utilization": "avg by ({by}) (DCGM_FI_DEV_GPU_UTIL" + _POD_JOIN + ") / 100",
+    "gpu_utilization": "avg by ({by}) (" + _once("DCGM_FI_DEV_GPU_UTIL") + _POD_JOIN + ") / 100",
 }
 # Per replica: the queue of each ready replica (the HPA core's per-pod metric).
 WAITING_PER_REPLICA = "sum by ({by}, {replica}) (" + _pooled("vllm:num_requests_waiting{{{sel}}}") + ")"
@@ -132,7 +141,7 @@ WAITING_PER_REPLICA = "sum by ({by}, {replica}) (" + _pooled("vllm:num_requests_
 # increase() never counts a series' first sample, and a pod's 5xx series is born with its first failure (a
 # new pod's every series with its first request): a series born inside the window counts from 0 instead.
 def _counted_in_window(series: str) -> str:
-    return f"((increase({series}[{{w}}]) and {series} offset {{w}}) or ({series} unless {series} offset {{w}}))"
+    return _once(f"(increase({series}[{{w}}]) and {series} offset {{w}}) or ({series} unless {series} offset {{w}})")
 
 
 ENDPOINT_REQUESTS = ("sum by ({by}, {replica}) (" + _counted_in_window('http_requests_total{{handler=~"/v1/.*"}}')
@@ -142,7 +151,7 @@ ENDPOINT_FAILURES = ("sum by ({by}, {replica}) ("
 # Freshness: the oldest last-scrape time per pool, for each source family.
 FRESHNESS = {
     "vllm": "min by ({by}) (" + _pooled("timestamp(vllm:num_requests_running{{{sel}}})") + ")",
-    "dcgm": "min by ({by}) (timestamp(DCGM_FI_DEV_GPU_UTIL)" + _POD_JOIN + ")",
+    "dcgm": "min by ({by}) (" + _once("timestamp(DCGM_FI_DEV_GPU_UTIL)") + _POD_JOIN + ")",
 }
 SOURCE_OF = {"gpu_utilization": "dcgm"}  # every other signal comes from vLLM's /metrics
 
@@ -168,6 +177,9 @@ class LabelMapping:
     selector: str = ""  # extra matchers for every vLLM series, e.g. 'job="vllm"'
     # Labels computed before grouping: (label, source label, regular expression whose group is the value).
     derived: tuple[tuple[str, str, str], ...] = (("deployment", "pod", DEPLOYMENT_OF_POD),)
+    # Labels that name the scrape, not the series (those the Prometheus operator's monitors set): series that
+    # differ only in these are one series scraped twice, counted once (`_once`).
+    scrape_labels: tuple[str, ...] = ("job", "instance", "service", "endpoint")
 
 
 @dataclass(frozen=True)
@@ -184,7 +196,10 @@ def render(template: str, labels: LabelMapping, window: str) -> str:
     """One query with its placeholders filled in."""
     carry = [label for label in labels.pool_labels if label not in labels.join_labels]
     derive_end = "".join(f', "{label}", "$1", "{source}", "{regex}")' for label, source, regex in labels.derived)
+    kept = {*labels.pool_labels, *labels.join_labels, labels.replica_label}
+    once = ", ".join(label for label in labels.scrape_labels if label not in kept)
     return template.format(by=", ".join(labels.pool_labels), sel=labels.selector, w=window, ws=f"{duration_s(window):g}",
+                           once=f"max without ({once}) " if once else "",
                            replica=labels.replica_label, join=", ".join(labels.join_labels),
                            carry=", ".join(carry), by_comma="".join(f", {label}" for label in carry),
                            derive="label_replace(" * len(labels.derived), derive_end=derive_end)

@@ -341,3 +341,45 @@ def test_a_data_parallel_pod_is_one_replica_of_several_engines() -> None:
     assert dp.ready_replicas.known == 2.0 and dp.engines_per_replica.known == 2.0
     assert dp.running_requests.known == 48.0
     assert work_share(dp, batch_slots=16, prefill_tokens_per_s=None).known == pytest.approx(48 / (2 * 2 * 16))
+
+
+def test_a_pod_scraped_by_two_jobs_is_counted_once() -> None:
+    """A PodMonitor and a ServiceMonitor over the same pods (a common slip with the Prometheus operator) make two
+    copies of every series, apart only in the scrape's labels: the pool reads its load once, not twice."""
+    end = round(time.time()) - 60
+    pods = ("chat-7d9f8c6b5-x2k4p", "chat-7d9f8c6b5-q8z2m")
+    scrapes = ('job="prod/vllm-pods",endpoint="http"',
+               'job="vllm",service="vllm",endpoint="metrics",instance="10.0.0.{n}:8000"')
+    families: dict[str, list[str]] = {"vllm:num_requests_running": [], "vllm:num_requests_waiting": [],
+                                      "vllm:request_success": [], "http_requests": []}
+    for n, pod in enumerate(pods):
+        for scrape in scrapes:
+            labels = f'{scrape.format(n=n)},model_name="{CHAT}",namespace="prod",pod="{pod}"'
+            for at in range(end - 600, end + 1, 15):
+                served = at - (end - 600)  # one request a second per pod
+                families["vllm:num_requests_running"].append(f"vllm:num_requests_running{{{labels}}} 4 {at}")
+                families["vllm:num_requests_waiting"].append(f"vllm:num_requests_waiting{{{labels}}} 3 {at}")
+                families["vllm:request_success"].append(
+                    f'vllm:request_success_total{{{labels},finished_reason="stop"}} {served} {at}')
+                families["http_requests"].append(
+                    f'http_requests_total{{{labels},handler="/v1/completions",status="2xx"}} {served} {at}')
+    kinds = {"http_requests": "counter", "vllm:request_success": "counter"}
+    lines = []
+    for family, samples in families.items():
+        lines += [f"# TYPE {family} {kinds.get(family, 'gauge')}", *samples]
+    launcher = PrometheusLauncher()
+    try:
+        launcher.backfill("\n".join(lines) + "\n# EOF\n")
+        launcher.start()
+        source = PrometheusSignalSource(PrometheusConfig(launcher.url, rate_window="1m"))
+        selector = PoolSelector.of_deployment("chat", "prod", "chat")
+        chat = source.read([selector], at_s=end)["chat"]
+        counts = source.endpoint_counts([selector], "1m", at_s=end)["chat"]
+    finally:
+        launcher.stop()
+
+    assert chat.ready_replicas.known == 2.0 and chat.engines_per_replica.known == 1.0
+    assert chat.running_requests.known == 8.0 and chat.queue_depth.known == 6.0
+    assert [r.known for r in chat.waiting_per_ready_replica] == [3.0, 3.0]
+    assert chat.request_rate_rps.known == pytest.approx(2.0, rel=0.05)
+    assert counts == {pods[0]: (60, 0), pods[1]: (60, 0)}

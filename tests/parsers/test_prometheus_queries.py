@@ -43,6 +43,30 @@ def test_every_vllm_series_has_its_deployment_read_from_the_pod_before_it_is_gro
         assert query.count('"deployment", "$1", "pod"') == query.count("vllm:"), query
 
 
+def _without_counted_once(query: str) -> str:
+    """`query` with every `max without (<scrape labels>) (…)` group cut out (balanced parentheses)."""
+    head = "max without (job, instance, service, endpoint) ("
+    while (start := query.find(head)) >= 0:
+        depth, at = 1, start + len(head)
+        while depth:
+            depth += {"(": 1, ")": -1}.get(query[at], 0)
+            at += 1
+        query = query[:start] + query[at:]
+    return query
+
+
+def test_every_series_is_counted_once_however_many_jobs_scrape_it():
+    templates = [*QUERIES.values(), *FRESHNESS.values(), WAITING_PER_REPLICA, ENDPOINT_REQUESTS, ENDPOINT_FAILURES]
+    for template in templates:
+        left = _without_counted_once(render(template, LabelMapping(), "1m"))
+        assert not any(series in left for series in ("vllm:", "http_requests_total", "DCGM_")), left
+
+
+def test_a_scrape_label_that_names_the_pool_is_kept():
+    query = render(QUERIES["queue_depth"], LabelMapping(pool_labels=("job", "model_name"), derived=()), "1m")
+    assert "max without (instance, service, endpoint) (" in query
+
+
 @pytest.mark.parametrize(("pod", "deployment"), [
     ("chat-7d9f8c6b5-x2k4p", "chat"),
     ("chat-canary-7d9f8c6b5-x2k4p", "chat-canary"),  # never read as chat's
