@@ -56,6 +56,7 @@ class ScalingTarget(models.TextChoices):
 
     DEPLOYMENT = "deployment", "Deployment /scale subresource"
     KEDA = "keda", "KEDA ScaledObject minReplicaCount"
+    HPA = "hpa", "HorizontalPodAutoscaler minReplicas"
 
 
 class Weekday(models.IntegerChoices):

@@ -282,6 +282,9 @@ class Pool(models.Model):
             )
         if self.scaling_target == ScalingTarget.KEDA and not self.scaled_object:
             errors["scaled_object"] = "Name the KEDA ScaledObject when the pool is scaled through KEDA."
+        if self.scaling_target == ScalingTarget.HPA and self.min_replicas is not None and self.min_replicas < 1:
+            errors["min_replicas"] = ("At least 1 when the pool is scaled through its HorizontalPodAutoscaler: "
+                                      "an HPA's minReplicas cannot be 0.")
         if errors:
             raise ValidationError(errors)
 

@@ -118,13 +118,16 @@ def loop_idempotency_key(pool: Pool, kind: str, target: int, now: datetime) -> s
 def decided_workload(pool: Pool) -> dict[str, Any]:
     """The pool's scaling target as a proposal records it: what its change is decided for."""
     workload = workload_of(pool)
-    return {"cluster": pool.cluster_id, "namespace": workload.namespace, "deployment": workload.deployment,
-            "scaled_object": workload.scaled_object}
+    decided = {"cluster": pool.cluster_id, "namespace": workload.namespace, "deployment": workload.deployment,
+               "scaled_object": workload.scaled_object}
+    # Only where set: the proposals recorded before HPAs were a scaling target stay equal to their pool.
+    return decided | ({"hpa": True} if workload.hpa else {})
 
 
 def _target_text(workload: dict[str, Any]) -> str:
     scaled = workload.get("scaled_object") or workload.get("deployment")
-    return f"{workload.get('namespace')}/{scaled} in cluster {workload.get('cluster')}"
+    through = " (its HorizontalPodAutoscaler)" if workload.get("hpa") else ""
+    return f"{workload.get('namespace')}/{scaled}{through} in cluster {workload.get('cluster')}"
 
 
 def pool_changed(proposal: Proposal) -> str:

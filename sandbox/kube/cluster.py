@@ -2,7 +2,8 @@
 
 A small controller loop plays the roles of the Deployment/ReplicaSet controllers, the kubelet and
 KEDA's HPA: it starts or stops emulated replicas to match each Deployment's `spec.replicas` (a
-ScaledObject's min/max clamp it, as KEDA's HPA would), publishes one Pod per replica (Ready only
+ScaledObject's min/max clamp it, as KEDA's HPA would, and so do those of any HorizontalPodAutoscaler whose
+scaleTargetRef is the Deployment), publishes one Pod per replica (Ready only
 once the replica listens), restarts replicas that died, and keeps Deployment status current.
 KEDA's pause annotations hold: `paused-replicas: N` pins the Deployment at N, `paused: "true"` stops the clamping.
 One route (`route_name`) lists every pool's Service; the gateway reads its weights. The route is a
@@ -47,6 +48,7 @@ class PoolSpec:
     cold_start_s: float | None = None  # model seconds; the profile's p50 by default
     weight: int = 1  # initial HTTPRoute weight
     keda: bool = False  # create a ScaledObject that owns the Deployment's replica range
+    hpa: bool = False  # create a HorizontalPodAutoscaler that owns it (min_replicas at least 1)
     min_replicas: int = 0
     max_replicas: int = 20
     scheduling_policy: str = "fcfs"  # vLLM's --scheduling-policy, in the Deployment's container args
@@ -117,7 +119,7 @@ class SandboxCluster:
 
     # --- pools -----------------------------------------------------------------------------
     def add_pool(self, spec: PoolSpec) -> None:
-        """Create the pool's Deployment, Service, route backend and (optionally) ScaledObject."""
+        """Create the pool's Deployment, Service, route backend and (optionally) ScaledObject or HPA."""
         with self._lock:
             self._ensure_namespace(spec.namespace)
             self.pools[(spec.namespace, spec.name)] = spec
@@ -126,6 +128,8 @@ class SandboxCluster:
             self.store.create(res.SERVICES, _service_object(spec))
             if spec.keda:
                 self.store.create(res.SCALEDOBJECTS, _scaled_object(spec))
+            if spec.hpa:
+                self.store.create(res.HPAS, _hpa_object(spec))
             self.store.update(self.route.resource, self.route_namespace, self.route_name,
                               lambda route: self.route.add_backend(route, spec, self.route_namespace))
         self.reconcile()
@@ -171,7 +175,7 @@ class SandboxCluster:
         deployment = self.store.find(res.DEPLOYMENTS, namespace, name)
         if deployment is None:
             return
-        desired = self._apply_keda(spec, deployment)
+        desired = self._apply_hpas(spec, self._apply_keda(spec, deployment))
         records = self._pods[key]
         self._restart_dead(records)
         while len(records) < desired:
@@ -206,6 +210,27 @@ class SandboxCluster:
             low = int(scaled["spec"].get("minReplicaCount", 0))
             high = int(scaled["spec"].get("maxReplicaCount", 100))
             clamped = min(max(desired, low), high)
+        if clamped != desired:
+            def set_replicas(obj: Object) -> Object:
+                obj["spec"]["replicas"] = clamped
+                return obj
+
+            self.store.update(res.DEPLOYMENTS, spec.namespace, spec.name, set_replicas)
+        return clamped
+
+    def _apply_hpas(self, spec: PoolSpec, desired: int) -> int:
+        """Every HorizontalPodAutoscaler whose scaleTargetRef is the Deployment holds its replicas within
+        [minReplicas, maxReplicas] (it reads no metrics here), as its controller does at each sync: a count
+        written to the Deployment outside that range is undone, whoever wrote it."""
+        clamped = desired
+        for hpa in self.store.list(res.HPAS, spec.namespace)[0]:
+            target = hpa["spec"].get("scaleTargetRef") or {}
+            if (target.get("kind"), target.get("name")) != ("Deployment", spec.name):
+                continue
+            low, high = int(hpa["spec"].get("minReplicas", 1)), int(hpa["spec"]["maxReplicas"])
+            clamped = min(max(clamped, low), high)
+            self.store.set_status(res.HPAS, spec.namespace, hpa["metadata"]["name"],
+                                  {"currentReplicas": desired, "desiredReplicas": clamped})
         if clamped != desired:
             def set_replicas(obj: Object) -> Object:
                 obj["spec"]["replicas"] = clamped
@@ -324,6 +349,15 @@ def _scaled_object(spec: PoolSpec) -> Object:
                      "triggers": [{"type": "prometheus", "metadata": {
                          "query": f'sum(vllm:num_requests_waiting{{model_name="{spec.served_model}"}})',
                          "threshold": "5"}}]},
+            "status": {}}
+
+
+def _hpa_object(spec: PoolSpec) -> Object:
+    return {"metadata": {"name": spec.name, "namespace": spec.namespace},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
+                     "minReplicas": max(1, spec.min_replicas), "maxReplicas": spec.max_replicas,
+                     "metrics": [{"type": "Resource", "resource": {
+                         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]},
             "status": {}}
 
 

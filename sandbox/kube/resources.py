@@ -39,8 +39,12 @@ VIRTUALSERVICES = ResourceType("networking.istio.io", "v1", "virtualservices", "
 SCALEDOBJECTS = ResourceType("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject",
                              subresources=("status",), custom=True, short_names=("so",))
 
-RESOURCES = (DEPLOYMENTS, PODS, SERVICES, NAMESPACES, HTTPROUTES, VIRTUALSERVICES, SCALEDOBJECTS)
-GROUPS = {"apps": "v1", "gateway.networking.k8s.io": "v1", "networking.istio.io": "v1", "keda.sh": "v1alpha1"}
+HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler",
+                    subresources=("status",), short_names=("hpa",))
+
+RESOURCES = (DEPLOYMENTS, PODS, SERVICES, NAMESPACES, HTTPROUTES, VIRTUALSERVICES, SCALEDOBJECTS, HPAS)
+GROUPS = {"apps": "v1", "autoscaling": "v2", "gateway.networking.k8s.io": "v1", "networking.istio.io": "v1",
+          "keda.sh": "v1alpha1"}
 
 
 def find(group: str, version: str, plural: str) -> ResourceType | None:

@@ -1,7 +1,7 @@
 """The emulated Kubernetes API server: real HTTP, the paths and JSON the official clients expect.
 
 Serves discovery, Deployments (+ /scale, /status), Pods, Services, Namespaces, Gateway API
-HTTPRoutes, Istio VirtualServices and KEDA ScaledObjects: get, list (label and field selectors), update (PUT) and patch
+HTTPRoutes, Istio VirtualServices, KEDA ScaledObjects and HorizontalPodAutoscalers (autoscaling/v2): get, list (label and field selectors), update (PUT) and patch
 (merge, JSON, and strategic merge for built-in kinds only; a CRD answers 415 to strategic merge,
 as a real cluster does), and watch. Optionally a bearer token (`required_token`) and RBAC (`rbac`: the
 shipped ClusterRole, which `SandboxCluster` turns on). Sandbox-only control routes live under /sandbox/.
@@ -407,6 +407,14 @@ def validate(resource: ResourceType, obj: Object) -> Object:
             raise ApiError(422, f'ScaledObject.keda.sh "{name}" is invalid: minReplicaCount must be an '
                                 "integer between 0 and maxReplicaCount", name=name, group="keda.sh",
                            kind="ScaledObject")
+    if resource is resources.HPAS:
+        spec = obj.get("spec") or {}
+        low, high = spec.get("minReplicas", 1), spec.get("maxReplicas")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (low, high)) or not 1 <= low <= high:
+            raise ApiError(422, f'HorizontalPodAutoscaler.autoscaling "{name}" is invalid: spec.minReplicas: '
+                                f"Invalid value: {json.dumps(low)}: must be between 1 and spec.maxReplicas "
+                                f"({json.dumps(high)})", name=name, group="autoscaling",
+                           kind="HorizontalPodAutoscaler")
     return obj
 
 

@@ -77,6 +77,12 @@ COLUMNS: dict[str, list[Column]] = {
     res.SCALEDOBJECTS.key: [
         NAME, ("Min", "integer", lambda s: s["spec"].get("minReplicaCount", 0)),
         ("Max", "integer", lambda s: s["spec"].get("maxReplicaCount", 100)), AGE],
+    res.HPAS.key: [
+        NAME, ("Reference", "string", lambda h: f"{h['spec']['scaleTargetRef'].get('kind')}/"
+                                                f"{h['spec']['scaleTargetRef'].get('name')}"),
+        ("Minpods", "integer", lambda h: h["spec"].get("minReplicas", 1)),
+        ("Maxpods", "integer", lambda h: h["spec"].get("maxReplicas")),
+        ("Replicas", "integer", lambda h: (h.get("status") or {}).get("currentReplicas", 0)), AGE],
 }
 
 

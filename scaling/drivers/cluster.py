@@ -19,6 +19,7 @@ class Workload:
     namespace: str
     deployment: str
     scaled_object: str = ""  # set when KEDA owns the Deployment's replica range
+    hpa: bool = False  # a HorizontalPodAutoscaler owns it: its minReplicas is what Headroom raises
 
 
 @dataclass(frozen=True)

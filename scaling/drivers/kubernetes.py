@@ -2,8 +2,9 @@
 
 Scales through the Deployment's /scale subresource with a merge patch that carries the
 resourceVersion it read, so a concurrent writer makes us re-read (409) instead of being overwritten.
-Where KEDA owns the Deployment, the ScaledObject's minReplicaCount is raised instead: writing
-spec.replicas of an autoscaled Deployment would be undone by its HPA. Every write re-checks its
+Where KEDA owns the Deployment, the ScaledObject's minReplicaCount is raised instead, and where a
+HorizontalPodAutoscaler does, its minReplicas: writing spec.replicas of an autoscaled Deployment would be
+undone at the HPA's next sync, so such a write is refused, naming the autoscaler. Every write re-checks its
 premise on each read (the first and the one after each 409) and writes nothing when it no longer holds.
 Authenticates with a bearer token or a kubeconfig's current context (`KubeCredentials`).
 Every connection goes through the connect-time address guard with `CLUSTER_ALLOWED_NETWORKS`
@@ -83,6 +84,16 @@ def added_pods_ready_at(pods: list[client.V1Pod], since: datetime, count: int) -
 # kubectl's (and the API server's) rendering of a matchExpressions requirement.
 _SELECTOR_OPERATORS = {"In": "{key} in ({values})", "NotIn": "{key} notin ({values})", "Exists": "{key}",
                        "DoesNotExist": "!{key}"}
+
+
+def _keda_owner(hpa: dict) -> str:
+    """The ScaledObject that made this HPA ('' for one a person made): KEDA owns the HPAs it creates."""
+    owners = hpa["metadata"].get("ownerReferences") or []
+    return next((str(owner.get("name")) for owner in owners if owner.get("kind") == "ScaledObject"), "")
+
+
+def _min_replicas(hpa: dict) -> int:
+    return int(hpa["spec"].get("minReplicas") or 1)  # Kubernetes' default
 
 
 def _pod_selector(deployment: client.V1Deployment) -> str:
@@ -192,6 +203,7 @@ class KubernetesDriver:
         self._apps = client.AppsV1Api(self._api_client)
         self._custom = client.CustomObjectsApi(self._api_client)
         self._core = client.CoreV1Api(self._api_client)
+        self._autoscaling = client.AutoscalingV2Api(self._api_client)
         self._timeout = timeout_s
 
     def close(self) -> None:
@@ -249,6 +261,8 @@ class KubernetesDriver:
             raise DriverError(f"refusing to scale to {replicas} replicas", permanent=True)
         if workload.scaled_object:
             return self._scale_keda(workload, replicas, premise)
+        if workload.hpa:
+            return self._scale_hpa(workload, replicas, premise)
         return self._scale_deployment(workload, replicas, premise)
 
     def _scale_deployment(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
@@ -263,6 +277,7 @@ class KubernetesDriver:
                 _check(premise, previous)
                 if previous == replicas:
                     return ScaleOutcome(previous, replicas, wrote=False, conflicts=conflicts)
+                self._refuse_if_autoscaled(workload)
                 body = {"metadata": {"resourceVersion": scale.metadata.resource_version}, "spec": {"replicas": replicas}}
                 self._apps.patch_namespaced_deployment_scale(
                     workload.deployment, workload.namespace, body,
@@ -274,8 +289,96 @@ class KubernetesDriver:
                     conflicts += 1
                     continue  # someone wrote in between: re-read and decide again
                 raise _driver_error(f"scale deployment {where}", exc) from None
-            except (HTTPError, OSError, netguard.OutboundRefused) as exc:
+            except (HTTPError, OSError, ValueError, netguard.OutboundRefused) as exc:
                 raise _driver_error(f"scale deployment {where}", exc) from None
+
+    def _autoscalers_of(self, workload: Workload) -> list[dict]:
+        """The HorizontalPodAutoscalers whose scaleTargetRef is the pool's Deployment (KEDA's own included).
+
+        Read as plain JSON: the client's typed model refuses an HPA whose controller has not yet written its
+        status (`desiredReplicas` is required there), which a just-created HPA is."""
+        answer = self._autoscaling.list_namespaced_horizontal_pod_autoscaler(
+            workload.namespace, _request_timeout=self._timeout, _preload_content=False)
+        listed = json.loads(answer.data or b"{}").get("items") or []
+        return [hpa for hpa in listed
+                if ((hpa.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == "Deployment"
+                and hpa["spec"]["scaleTargetRef"].get("name") == workload.deployment]
+
+    def _refuse_if_autoscaled(self, workload: Workload) -> None:
+        """Refuse to write the replicas of a Deployment an autoscaler owns: the HPA would undo the count at its
+        next sync (15 s), and the two would fight for as long as the pool is under pressure."""
+        try:
+            autoscalers = self._autoscalers_of(workload)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return  # a role installed before HPAs were read: write as earlier versions did
+            raise
+        if not autoscalers:
+            return
+        hpa = autoscalers[0]
+        where, name = f"{workload.namespace}/{workload.deployment}", hpa["metadata"]["name"]
+        keda = _keda_owner(hpa)
+        if keda:
+            raise DriverError(f"Deployment {where} is scaled by KEDA ScaledObject {workload.namespace}/{keda} (through "
+                              f"HPA {name}), which would undo a replica count written to it: set the "
+                              f"pool's scaling target to KEDA with ScaledObject {keda}", permanent=True)
+        raise DriverError(f"Deployment {where} is scaled by HorizontalPodAutoscaler {workload.namespace}/{name} "
+                          f"(minReplicas {_min_replicas(hpa)}, maxReplicas {hpa['spec'].get('maxReplicas')}), which "
+                          "would undo a replica count written to it: set the pool's scaling target to HPA, and "
+                          "Headroom raises its minReplicas instead", permanent=True)
+
+    def _the_autoscaler(self, workload: Workload) -> dict:
+        where = f"{workload.namespace}/{workload.deployment}"
+        autoscalers = self._autoscalers_of(workload)
+        if not autoscalers:
+            raise DriverError(f"no HorizontalPodAutoscaler scales Deployment {where}: create one, or set the pool's "
+                              "scaling target to the Deployment", permanent=True)
+        if len(autoscalers) > 1:
+            names = ", ".join(sorted(hpa["metadata"]["name"] for hpa in autoscalers))
+            raise DriverError(f"{len(autoscalers)} HorizontalPodAutoscalers scale Deployment {where} ({names}); "
+                              "Kubernetes acts on none of them until one is left", permanent=True)
+        keda = _keda_owner(autoscalers[0])
+        if keda:
+            raise DriverError(f"the HorizontalPodAutoscaler of Deployment {where} is KEDA's, which resets its "
+                              f"minReplicas: set the pool's scaling target to KEDA with ScaledObject {keda}",
+                              permanent=True)
+        return autoscalers[0]
+
+    def _scale_hpa(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
+        where = f"{workload.namespace}/{workload.deployment}"
+        if replicas < 1:
+            raise DriverError(f"a HorizontalPodAutoscaler keeps at least 1 replica; {replicas} asked for "
+                              f"Deployment {where}", permanent=True)
+        conflicts = 0
+        while True:
+            try:
+                # As with KEDA: the premise is about the replicas the Deployment runs, and the change counts
+                # from them (raising the floor from 1 to 5 under 3 running adds 2 pods).
+                running = self._apps.read_namespaced_deployment_scale(
+                    workload.deployment, workload.namespace, _request_timeout=self._timeout
+                ).spec.replicas or 0
+                _check(premise, running)
+                hpa = self._the_autoscaler(workload)
+                name, maximum = hpa["metadata"]["name"], int(hpa["spec"].get("maxReplicas") or 0)
+                if _min_replicas(hpa) == replicas:
+                    return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
+                if replicas > maximum:
+                    raise DriverError(f"HorizontalPodAutoscaler {workload.namespace}/{name} allows at most {maximum} "
+                                      f"replicas; {replicas} asked", permanent=True)
+                body = {"metadata": {"resourceVersion": hpa["metadata"].get("resourceVersion")},
+                        "spec": {"minReplicas": replicas}}
+                self._autoscaling.patch_namespaced_horizontal_pod_autoscaler(
+                    name, workload.namespace, body,
+                    _content_type=MERGE_PATCH, _request_timeout=self._timeout, _preload_content=False,
+                )
+                return ScaleOutcome(running, replicas, wrote=True, conflicts=conflicts)
+            except ApiException as exc:
+                if exc.status == 409 and conflicts < MAX_CONFLICT_RETRIES:
+                    conflicts += 1
+                    continue
+                raise _driver_error(f"scale HorizontalPodAutoscaler of {where}", exc) from None
+            except (HTTPError, OSError, ValueError, netguard.OutboundRefused) as exc:
+                raise _driver_error(f"scale HorizontalPodAutoscaler of {where}", exc) from None
 
     def _scale_keda(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
         group, version, plural = KEDA

@@ -69,7 +69,8 @@ def cluster_driver(cluster: Cluster) -> ClusterDriver:
 
 def workload_of(pool: Pool) -> Workload:
     scaled_object = pool.scaled_object if pool.scaling_target == ScalingTarget.KEDA else ""
-    return Workload(namespace=pool.namespace, deployment=pool.deployment, scaled_object=scaled_object)
+    return Workload(namespace=pool.namespace, deployment=pool.deployment, scaled_object=scaled_object,
+                    hpa=pool.scaling_target == ScalingTarget.HPA)
 
 
 def route_router(cluster: Cluster, kind: str) -> Router:

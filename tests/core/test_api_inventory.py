@@ -78,6 +78,7 @@ def test_it_records_before_and_after_on_update(bob: User, pool: Pool) -> None:
         ({"team": "no-such-team"}, "team"),
         ({"cluster": 999999}, "cluster"),
         ({"scaling_target": "keda"}, "scaled_object"),
+        ({"scaling_target": "hpa", "min_replicas": 0}, "min_replicas"),  # an HPA's floor is at least 1
         ({"priority": "urgent"}, "priority"),
     ],
 )

@@ -21,6 +21,8 @@ def test_every_call_the_driver_makes_is_granted_by_the_shipped_role() -> None:
         kube.add_pool(PoolSpec(name="chat", profile=profile, namespace=NS, replicas=1, cold_start_s=0.2, max_replicas=4))
         kube.add_pool(PoolSpec(name="batch", profile=profile, namespace=NS, replicas=1, cold_start_s=0.2,
                                max_replicas=4, keda=True))
+        kube.add_pool(PoolSpec(name="served", profile=profile, namespace=NS, replicas=1, cold_start_s=0.2,
+                               min_replicas=1, max_replicas=4, hpa=True))
         assert kube.api.rbac == rbac.cluster_role_grants()
         driver = KubernetesDriver(kube.url)
         plain, keda = Workload(NS, "chat"), Workload(NS, "batch", scaled_object="batch")
@@ -30,6 +32,7 @@ def test_every_call_the_driver_makes_is_granted_by_the_shipped_role() -> None:
         driver.set_routable(NS, pod, True)
         driver.added_pods_ready_at(plain, datetime.now(timezone.utc), 1)
         assert driver.scale(plain, 2).wrote and driver.scale(keda, 2).wrote
+        assert driver.scale(Workload(NS, "served", hpa=True), 2).wrote  # reads the HPAs, patches one
         driver.close()
 
 
