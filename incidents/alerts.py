@@ -6,7 +6,9 @@ the burn-rate windows, asks the pure rules (incidents/rules.py) for verdicts and
 row locks: one active alert per fingerprint, an AlertEvent for every transition. `evaluate_heartbeats`
 judges the loop itself and must run apart from the tick (the beat does it). A firing alert that no
 silence and no warming scale-up holds back queues one message per channel; its resolve queues one
-more where the first went out. Delivery is the outbox's (incidents/services.py `deliver`).
+more where the first went out. A firing alert resolves only once its condition has read OK for its rule's
+resolve hold (`Alert.clear_since` counts it; docs/alerts.md, "Resolving: the hold"): a condition back within
+the hold continues the same alert and sends nothing. Delivery is the outbox's (incidents/services.py `deliver`).
 """
 from __future__ import annotations
 
@@ -332,8 +334,9 @@ def apply_verdicts(team: Team, cluster: Cluster, pool: Pool | None, verdicts: Se
 
 
 def _open_or_clear_incident(alert: Alert, now: datetime) -> None:
-    """A firing P0/P1 alert opens or joins its pool's incident; a resolve may suggest closing it."""
-    if alert.state == AlertState.FIRING:
+    """A firing P0/P1 alert opens or joins its pool's incident; a resolve may suggest closing it. An alert in
+    its resolve hold (its condition clear) opens nothing: a silence ending then must not open an incident."""
+    if alert.state == AlertState.FIRING and alert.clear_since is None:
         incidents.on_alert_firing(alert, now)
     elif alert.state == AlertState.RESOLVED:
         incidents.on_alert_resolved(alert, now)
@@ -355,7 +358,11 @@ def _apply(team: Team, cluster: Cluster, pool: Pool | None, alert: Alert | None,
             alert.started_at = now  # seen again after a gap: its `for` starts over
             alert.save(update_fields=["started_at"])
     since = alert.started_at.timestamp() if alert else None
-    to_state = rules.step(state, since, verdict.status, for_s, now_s)
+    keep_s = (verdict.rule.keep_firing_for_s or 0.0) * settings.ALERT_HOLD_SCALE
+    cleared = alert.clear_since if alert else None
+    move = rules.advance(state, since, verdict.status, for_s, now_s, keep_firing_for_s=keep_s,
+                         clear_since_s=cleared.timestamp() if cleared else None)
+    to_state = move.state
     if alert is None:
         if to_state is None:
             return None
@@ -363,11 +370,22 @@ def _apply(team: Team, cluster: Cluster, pool: Pool | None, alert: Alert | None,
         if alert is not None:
             result.changed[alert.state].append(alert.pk)
         return alert
+    # The new clear-since is none, the stored one, or now (kept as datetimes: no float round trip).
+    if move.clear_since_s is None:
+        alert.clear_since = None
+    elif cleared is None or move.clear_since_s != cleared.timestamp():
+        alert.clear_since = now
+    summary = verdict.summary
     if verdict.status != rules.UNKNOWN:
-        alert.summary, alert.numbers = verdict.summary, dict(verdict.numbers)
+        numbers = dict(verdict.numbers)
+        if state == AlertState.FIRING and alert.clear_since is not None and keep_s > 0:  # in its hold, or at its end
+            clear_for_s = (now - alert.clear_since).total_seconds()
+            numbers |= {"clear_for_s": clear_for_s, "keep_firing_for_s": keep_s}
+            summary = rules.clearing_summary(summary, clear_for_s, keep_s, resolved=to_state == AlertState.RESOLVED)
+        alert.summary, alert.numbers = summary, numbers
     alert.last_evaluated_at = now
-    alert.save(update_fields=["summary", "numbers", "last_evaluated_at"])
-    if to_state is not None and _transition(alert, to_state, verdict.summary, now):
+    alert.save(update_fields=["summary", "numbers", "clear_since", "last_evaluated_at"])
+    if to_state is not None and _transition(alert, to_state, summary, now):
         result.changed[to_state].append(alert.pk)
     return alert
 
@@ -435,8 +453,11 @@ def _hold_back(alert: Alert, rule: rules.Rule, warming: Sequence[rules.Warming],
 
 
 def _notify(alert: Alert, pool: Pool | None, now: datetime, result: Evaluation) -> None:
-    """One message per channel when an alert fires and nothing holds it back; one when it resolves."""
-    if alert.state == AlertState.FIRING and not alert.held_back and alert.announced_at is None:
+    """One message per channel when an alert fires and nothing holds it back; one when it resolves. An alert
+    in its resolve hold is not announced (a silence or a scale-up that stops holding it back then would page
+    for a condition already clear): it is once its condition returns, and resolves silently if it does not."""
+    if (alert.state == AlertState.FIRING and not alert.held_back and alert.announced_at is None
+            and alert.clear_since is None):
         if Alert.objects.filter(pk=alert.pk, announced_at__isnull=True).update(announced_at=now):
             alert.announced_at = now
             channels = Channel.objects.filter(team_id=alert.team_id, enabled=True)

@@ -190,6 +190,10 @@ class Alert(models.Model):
     started_at = models.DateTimeField(help_text="When the condition was first seen.")
     fired_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    clear_since = models.DateTimeField(null=True, blank=True,
+                                       help_text="When its condition was first seen clear while it fired (it resolves "
+                                                 "once clear for its rule's keep_firing_for_s); empty while the "
+                                                 "condition holds, kept once resolved.")
     last_evaluated_at = models.DateTimeField()
     inhibited_by = models.ForeignKey(Proposal, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
                                      help_text="The warming scale-up that holds this capacity alert back.")

@@ -3,8 +3,9 @@
 Each rule answers FIRING, OK or UNKNOWN. Unknown is not healthy: it neither fires nor resolves an
 alert, it holds the alert where it is (a pool whose metrics stopped has the stale-signals alert for
 that); a pending alert's `for` counts only time the condition was seen to hold, and starts again when the
-condition is seen after a gap longer than the `for` and `PENDING_GAP_S` (`incidents.alerts`). `step()` turns a verdict
-into the alert's next state, counting the rule's `for` duration.
+condition is seen after a gap longer than the `for` and `PENDING_GAP_S` (`incidents.alerts`). `advance()` turns a
+verdict into the alert's next state, counting the rule's `for` duration on the way up and its resolve hold
+(`keep_firing_for_s`, Prometheus' `keep_firing_for`) on the way down.
 Tiers and thresholds are design.md §5's defaults; the burn-rate pairs are the SRE workbook's
 (fast: 1 h and 5 min at 14.4x, slow: 6 h and 30 min at 6x).
 """
@@ -34,6 +35,10 @@ PENDING, RESOLVED, CLEARED = "pending", "resolved", "cleared"
 
 MINUTE = 60.0
 HOUR = 3600.0
+# A firing alert resolves only once its condition has read OK this long without firing again in between: a
+# condition flapping around its bar (75 s above, 15 s below, …) is one alert and one page, not one per cycle.
+# P2 and P3 rules need 15 minutes (or a measured regression) to fire at all and open no incident: no hold.
+KEEP_FIRING_FOR_S = {P0: 2 * MINUTE, P1: 2 * MINUTE, P2: 0.0, P3: 0.0}
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,12 @@ class Rule:
     title: str
     for_s: float = 0.0  # how long the condition must hold before the alert fires
     capacity: bool = False  # more ready replicas cure it: held back while a scale-up is warming
+    # How long the condition must read OK before a firing alert resolves; None: its tier's (KEEP_FIRING_FOR_S).
+    keep_firing_for_s: float | None = None  # a float once built
+
+    def __post_init__(self) -> None:
+        if self.keep_firing_for_s is None:
+            object.__setattr__(self, "keep_firing_for_s", KEEP_FIRING_FOR_S[self.tier])
 
 
 OUTAGE = Rule("outage", P0, "No ready replica while traffic arrives", for_s=30.0)
@@ -131,22 +142,60 @@ def fingerprint(labels: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(labels), sort_keys=True).encode()).hexdigest()[:32]
 
 
-def step(state: str | None, pending_since_s: float | None, status: str, for_s: float, now_s: float) -> str | None:
-    """The alert's next state, or None for no change. `state` None: no active alert for this fingerprint."""
+@dataclass(frozen=True)
+class Next:
+    """An alert's next state (None: no change) and when its condition was first seen clear while it fired
+    (None: not clearing). On a resolve, `clear_since_s` is kept: resolved at `now`, clear since then."""
+
+    state: str | None
+    clear_since_s: float | None = None
+
+
+def advance(state: str | None, pending_since_s: float | None, status: str, for_s: float, now_s: float, *,
+            keep_firing_for_s: float = 0.0, clear_since_s: float | None = None) -> Next:
+    """The alert's next state and clear-since time. `state` None: no active alert for this fingerprint.
+
+    A firing alert whose condition reads OK keeps firing and remembers the first clear reading; it resolves
+    (at `now_s`, the evaluation at which the hold ran out) once that reading is `keep_firing_for_s` old and
+    the latest reading is OK too. A firing reading in the hold forgets it: the same alert goes on, nothing
+    changes. An unknown reading changes nothing, the hold's clock included: it keeps counting from the first
+    clear reading (only a firing reading restarts it), and the next OK reading may resolve. A pending alert
+    that reads OK clears at once, as before the hold.
+    """
     if status == UNKNOWN:
-        return None
+        return Next(None, clear_since_s if state == FIRING else None)
     if state is None:
         if status != FIRING:
-            return None
-        return FIRING if for_s <= 0 else PENDING
+            return Next(None)
+        return Next(FIRING if for_s <= 0 else PENDING)
     if state == PENDING:
         if status == OK:
-            return CLEARED
+            return Next(CLEARED)
         held_s = now_s - (pending_since_s if pending_since_s is not None else now_s)
-        return FIRING if held_s >= for_s else None
-    if state == FIRING and status == OK:
-        return RESOLVED
-    return None
+        return Next(FIRING if held_s >= for_s else None)
+    if state == FIRING:
+        if status == FIRING:
+            return Next(None)  # back within the hold (or never gone): the clear time is forgotten
+        since_s = clear_since_s if clear_since_s is not None and clear_since_s <= now_s else now_s
+        return Next(RESOLVED if now_s - since_s >= keep_firing_for_s else None, since_s)
+    return Next(None)
+
+
+def duration(seconds: float) -> str:
+    """45 s, 2 min, 90 s, 1.5 h: how the alert texts say a span."""
+    if seconds >= HOUR and seconds % (HOUR / 10) < 1e-6:
+        return f"{seconds / HOUR:g} h"
+    if seconds >= MINUTE and seconds % MINUTE < 1e-6:
+        return f"{seconds / MINUTE:g} min"
+    return f"{seconds:.0f} s"
+
+
+def clearing_summary(summary: str, clear_for_s: float, keep_firing_for_s: float, *, resolved: bool) -> str:
+    """A firing alert's summary in its resolve hold, or at the resolve the hold ended (with how long it was clear)."""
+    if resolved:
+        return f"{summary}; condition clear for {duration(clear_for_s)}: resolved"
+    return (f"{summary}; condition clear for {duration(clear_for_s)}; resolves once clear for "
+            f"{duration(keep_firing_for_s)} unless it returns")
 
 
 # --- per-pool inputs -------------------------------------------------------------------------------

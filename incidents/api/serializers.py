@@ -61,7 +61,7 @@ class AlertSerializer(serializers.ModelSerializer):
     class Meta:
         model = Alert
         fields = ["id", "team", "cluster", "pool", "group", "rule", "tier", "state", "fingerprint", "labels", "summary",
-                  "numbers", "started_at", "fired_at", "resolved_at", "last_evaluated_at", "inhibited_by",
+                  "numbers", "started_at", "fired_at", "clear_since", "resolved_at", "last_evaluated_at", "inhibited_by",
                   "inhibited_reason", "silenced_by", "announced_at", "incident"]
         read_only_fields = fields
 

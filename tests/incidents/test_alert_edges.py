@@ -135,7 +135,10 @@ def test_an_evaluation_older_than_the_last_changes_no_alert(pool: Pool, slack_ch
         AlertState.FIRING, T0 + timedelta(seconds=31), T0 + timedelta(seconds=31))
 
     alerts.evaluate_alerts([pool], T0 + timedelta(seconds=46))  # the next beat reads the healthy tick
+    assert alert_of(pool, "outage").clear_since == T0 + timedelta(seconds=46)  # its resolve hold starts
+    tick(pool, T0 + timedelta(seconds=165))
+    alerts.evaluate_alerts([pool], T0 + timedelta(seconds=166))  # 2 minutes clear
     alert = alert_of(pool, "outage")
-    assert (alert.state, alert.resolved_at) == (AlertState.RESOLVED, T0 + timedelta(seconds=46))
+    assert (alert.state, alert.resolved_at) == (AlertState.RESOLVED, T0 + timedelta(seconds=166))
     assert states(alert) == [("", "pending"), ("pending", "firing"), ("firing", "resolved")]
     assert list(alert.events.values_list("at", flat=True)) == sorted(alert.events.values_list("at", flat=True))

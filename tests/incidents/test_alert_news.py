@@ -3,19 +3,28 @@ from a drill. Each case ended on a stale "firing" (or paged the team) before `se
 the resolve only to channels that heard the firing, and drills kept out of the alert rules."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from types import SimpleNamespace
 
+import pytest
 from django.contrib.auth.models import User
 
 from controlplane import services as core
 from controlplane.choices import Channel as ActorChannel
 from controlplane.models import Pool
-from incidents import alerts, drills, playbooks, services
+from incidents import alerts, drills, playbooks, rules, services
 from incidents.choices import ChannelKind, NotificationKind, NotificationState, PlaybookStepKind
 from incidents.models import Alert, Channel, Notification
 
 from tests.incidents.test_alerts import T0, tick
+
+
+@pytest.fixture
+def no_resolve_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cases about a message racing its alert's resolve within a retry's 30 s: the outage rule resolves at its
+    first clear reading (its 2-minute resolve hold would outlast the race)."""
+    monkeypatch.setattr(rules, "OUTAGE", dataclasses.replace(rules.OUTAGE, keep_firing_for_s=0.0))
 
 
 def _evaluate_and_send(pool: Pool, at, **signals) -> None:  # noqa: ANN001
@@ -35,7 +44,7 @@ def _accepted(receiver, refused: int = 0) -> list[str]:  # noqa: ANN001
 
 
 def test_a_firing_message_still_waiting_when_the_alert_resolves_is_not_sent_after_it(
-        pool: Pool, ml_team, receiver, allow_loopback) -> None:  # noqa: ANN001
+        pool: Pool, ml_team, receiver, allow_loopback, no_resolve_hold) -> None:  # noqa: ANN001
     _pager(ml_team, receiver)
     receiver.answers["/hook"] = [(503, b"busy", {}), (200, b"ok", {})]  # one hiccup, then fine
     _evaluate_and_send(pool, T0, ready_replicas=0.0, request_rate_rps=3.0)  # the outage is pending
@@ -60,7 +69,8 @@ def test_a_channel_switched_back_on_gets_no_stale_firing(pool: Pool, ml_team, al
     _evaluate_and_send(pool, T0, ready_replicas=0.0, request_rate_rps=3.0)
     _evaluate_and_send(pool, T0 + timedelta(seconds=30), ready_replicas=0.0, request_rate_rps=3.0)  # fires: 503
     services.disable_channel(channel, "another message's 404")
-    _evaluate_and_send(pool, T0 + timedelta(seconds=45))  # resolves while the channel is off
+    _evaluate_and_send(pool, T0 + timedelta(seconds=45))
+    _evaluate_and_send(pool, T0 + timedelta(seconds=165))  # resolves (2 minutes clear) while the channel is off
     services.enable_channel(Channel.objects.get(pk=channel.pk), core.Actor(alice, ActorChannel.WEB))
     later = T0 + timedelta(hours=2)
     for pk in services.due_notifications(later):
@@ -69,7 +79,7 @@ def test_a_channel_switched_back_on_gets_no_stale_firing(pool: Pool, ml_team, al
 
 
 def test_a_firing_delivered_while_its_alert_resolved_is_followed_by_the_resolve(
-        pool: Pool, ml_team, receiver, allow_loopback) -> None:  # noqa: ANN001
+        pool: Pool, ml_team, receiver, allow_loopback, no_resolve_hold) -> None:  # noqa: ANN001
     _pager(ml_team, receiver)
     _evaluate_and_send(pool, T0, ready_replicas=0.0, request_rate_rps=3.0)
     tick(pool, T0 + timedelta(seconds=30), ready_replicas=0.0, request_rate_rps=3.0)

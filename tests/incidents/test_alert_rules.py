@@ -130,7 +130,7 @@ def test_it_judges_the_loops_heartbeat(last_tick_ago_s: float | None, status: st
 def test_it_steps_alert_states(state: str | None, since_ago_s: float | None, status: str, for_s: float,
                                expected: str | None) -> None:
     since = None if since_ago_s is None else NOW - since_ago_s
-    assert rules.step(state, since, status, for_s, NOW) == expected
+    assert rules.advance(state, since, status, for_s, NOW).state == expected
 
 
 def test_it_fingerprints_by_labels_only() -> None:

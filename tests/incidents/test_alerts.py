@@ -67,10 +67,14 @@ def test_it_fires_after_its_for_duration_notifies_once_and_resolves(pool: Pool, 
     [fired] = receiver.at(HOOK)
     assert fired.json()["text"] == "P1 firing: Time to first token p95 above 1 s · gpu-us-east/chat-8b"
     assert "TTFT p95 1.60 s (alert above 1 s)" in str(fired.json()["blocks"])
-    evaluate(pool, T0 + timedelta(seconds=150))
+    evaluate(pool, T0 + timedelta(seconds=150))  # clear: it keeps firing for its 2-minute resolve hold
     alert = alert_of(pool, "ttft_p95")
-    assert (alert.state, alert.resolved_at) == (AlertState.RESOLVED, T0 + timedelta(seconds=150))
+    assert (alert.state, alert.clear_since, len(receiver.at(HOOK))) == (AlertState.FIRING, T0 + timedelta(seconds=150), 1)
+    evaluate(pool, T0 + timedelta(seconds=270))
+    alert = alert_of(pool, "ttft_p95")
+    assert (alert.state, alert.resolved_at) == (AlertState.RESOLVED, T0 + timedelta(seconds=270))
     assert receiver.at(HOOK)[1].json()["text"] == "Resolved: Time to first token p95 above 1 s · gpu-us-east/chat-8b"
+    assert "condition clear for 2 min: resolved" in str(receiver.at(HOOK)[1].json()["blocks"])
     assert len(receiver.at(HOOK)) == 2
     assert states(alert) == [("", "pending"), ("pending", "firing"), ("firing", "resolved")]
     assert Alert.objects.filter(pool=pool).count() == 1
@@ -171,6 +175,7 @@ def test_it_resolves_silently_what_was_never_announced(pool: Pool, alice: User, 
     evaluate(pool, T0, ready_replicas=0.0, request_rate_rps=2.0)
     evaluate(pool, T0 + timedelta(seconds=30), ready_replicas=0.0, request_rate_rps=2.0)
     evaluate(pool, T0 + timedelta(seconds=45))
+    evaluate(pool, T0 + timedelta(seconds=165))  # clear for its 2-minute resolve hold
     assert alert_of(pool, "outage").state == AlertState.RESOLVED
     assert receiver.at(HOOK) == []
 
@@ -233,6 +238,9 @@ def test_it_fires_the_heartbeat_when_the_loop_stops(pool: Pool, slack_channel: C
     assert receiver.at(HOOK)[0].json()["text"] == "P0 firing: The control loop stopped ticking · gpu-us-east"
     tick(pool, T0 + timedelta(seconds=90))
     alerts.evaluate_heartbeats(T0 + timedelta(seconds=95))
+    assert Alert.objects.get(rule="heartbeat").state == AlertState.FIRING  # clear: its 2-minute resolve hold
+    tick(pool, T0 + timedelta(seconds=210))
+    alerts.evaluate_heartbeats(T0 + timedelta(seconds=215))
     assert Alert.objects.get(rule="heartbeat").state == AlertState.RESOLVED
 
 
@@ -254,6 +262,7 @@ def test_it_posts_signed_alert_json_to_webhooks(pool: Pool, receiver: Receiver, 
     evaluate(pool, T0, ready_replicas=0.0, request_rate_rps=2.0)
     evaluate(pool, T0 + timedelta(seconds=30), ready_replicas=0.0, request_rate_rps=2.0)
     evaluate(pool, T0 + timedelta(seconds=45))
+    evaluate(pool, T0 + timedelta(seconds=165))  # clear for its 2-minute resolve hold
     fired, resolved = receiver.at("/hook")
     assert fired.headers["X-Headroom-Event"] == "alert.firing" and resolved.headers["X-Headroom-Event"] == "alert.resolved"
     secret = channel.settings["secret"]
@@ -272,6 +281,7 @@ def test_it_skips_channels_whose_integration_is_off(pool: Pool, slack_channel: C
     [notification] = Notification.objects.all()
     assert notification.state == NotificationState.SKIPPED and receiver.at(HOOK) == []
     evaluate(pool, T0 + timedelta(seconds=45))
+    evaluate(pool, T0 + timedelta(seconds=165))  # clear for its 2-minute resolve hold
     assert Notification.objects.count() == 1  # nothing went out, so no resolve message either
     assert AlertEvent.objects.filter(alert__rule="outage").count() == 3  # pending, firing, resolved
 

@@ -73,11 +73,13 @@ def test_a_p0_alert_joins_the_open_incident_and_raises_its_severity(pool: Pool) 
 def test_resolving_every_alert_suggests_resolving_and_a_new_firing_withdraws_it(pool: Pool) -> None:
     fire_ttft_p95(pool)
     evaluate(pool, T0 + timedelta(minutes=5), ttft_p95_s=0.4)
+    assert Incident.objects.get().resolve_suggested_at is None  # its alert is in its 2-minute resolve hold
+    evaluate(pool, T0 + timedelta(minutes=7), ttft_p95_s=0.4)
     incident = Incident.objects.get()
     assert incident.state == IncidentState.OPEN  # a person says when it is over
-    assert incident.resolve_suggested_at == T0 + timedelta(minutes=5)
+    assert incident.resolve_suggested_at == T0 + timedelta(minutes=7)
     assert incident.events.filter(kind=IncidentEventKind.RESOLVE_SUGGESTED).count() == 1
-    fire_ttft_p95(pool, T0 + timedelta(minutes=6))
+    fire_ttft_p95(pool, T0 + timedelta(minutes=8))
     incident.refresh_from_db()
     assert incident.resolve_suggested_at is None
     assert Alert.objects.filter(incident=incident).count() == 2
@@ -88,7 +90,8 @@ def test_after_resolving_a_new_firing_opens_a_new_incident(pool: Pool, alice: Us
     first = Incident.objects.get()
     incidents.resolve(first.pk, web(alice), "capacity arrived")
     evaluate(pool, T0 + timedelta(minutes=5), ttft_p95_s=0.4)
-    fire_ttft_p95(pool, T0 + timedelta(minutes=6))
+    evaluate(pool, T0 + timedelta(minutes=7), ttft_p95_s=0.4)  # the alert resolves after its 2-minute hold
+    fire_ttft_p95(pool, T0 + timedelta(minutes=8))
     assert Incident.objects.count() == 2
     assert Incident.objects.exclude(pk=first.pk).get().state == IncidentState.OPEN
 
