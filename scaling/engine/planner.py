@@ -733,9 +733,12 @@ def plan(inputs: PlanInput, pool: PoolPlan, state: PlannerState | None = None) -
     # no fallback and no staleness alert).
     no_queue_source = ready == 0 and current is not None and not queue_known
     # The timers run from the last fresh sample (its own time, not this tick's), so a signal that
-    # stopped arriving falls back at 60 s and alerts at 90 s after its last sample.
-    last_known = (now - _oldest_key_sample_age_s(signals)) if key_known else (now if no_queue_source else state.last_known_at_s)
-    unknown_for = 0.0 if key_known else (now - last_known if last_known is not None else math.inf)
+    # stopped arriving falls back at 60 s and alerts at 90 s after its last sample. A state that never
+    # knew them (a new pool whose first scrape has not come yet) counts from its first step: a pool
+    # whose metrics never come still alerts 90 s later, but a new one does not page at its first tick.
+    last_known = ((now - _oldest_key_sample_age_s(signals)) if key_known
+                  else now if no_queue_source or state.last_known_at_s is None else state.last_known_at_s)
+    unknown_for = 0.0 if key_known else now - last_known
     staleness_alert = unknown_for >= pool.stale_alert_after_s
     reasons: list[str] = []
 

@@ -333,8 +333,9 @@ def test_it_credits_arriving_replicas_at_their_expected_ready_time():
          signals(ready=4, queue=None), good_state(target=9, known_at=NOW - 60), 8, True, False, p.SIGNALS_FALLBACK),
         ("unknown for 90 s: the staleness alert fires", signals(ready=10, queue=None), good_state(10, NOW - 90), 10,
          True, True, p.STALENESS_ALERT),
-        ("never known since start: hold and alert", signals(ready=6, queue=None), PlannerState(), 6, True, True,
-         p.STALENESS_ALERT),
+        # A new pool before its first scrape: the timers start now (next test), no page at its first tick.
+        ("never known since start: hold", signals(ready=6, queue=None), PlannerState(), 6, True, False,
+         p.SIGNALS_UNKNOWN),
     ],
 )
 def test_it_never_scales_down_on_unknown_signals(case, sig, state, expected, hold, alert, reason):
@@ -344,6 +345,13 @@ def test_it_never_scales_down_on_unknown_signals(case, sig, state, expected, hol
     assert decision.target_replicas >= decision.current_replicas, case
     assert (decision.hold, decision.staleness_alert) == (hold, alert), case
     assert reason in decision.reasons, case
+
+
+def test_signals_never_known_alert_90_s_after_the_first_step():
+    first = plan(inputs(signals(ready=6, queue=None), lead=(5.0, 6.0)), POOL, PlannerState())
+    later = plan(inputs(signals(ready=6, queue=None), lead=(5.0, 6.0), now=NOW + 90), POOL, first.state)
+    assert not first.staleness_alert and first.signals_unknown_for_s == 0.0
+    assert later.staleness_alert and later.signals_unknown_for_s == 90.0 and p.STALENESS_ALERT in later.reasons
 
 
 def test_it_falls_back_to_the_schedule_after_60_s_unknown():
