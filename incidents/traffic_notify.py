@@ -32,7 +32,7 @@ BATCH = 200
 # Fallback event kinds worth a message: entries, exits and a person's decisions. Writes, share changes and
 # a person's `restore` (its `route_restored` follows) are on the activation's timeline only.
 FALLBACK_KINDS = frozenset({"entered", "waiting_approval", "approved", "forced", "reactivated", "return_started",
-                            "route_restored", "rejected", "lapsed"})
+                            "route_restored", "rejected", "lapsed", "failed"})
 SHIFT_PHASES = frozenset({ShiftPhase.COMPLETED, ShiftPhase.ROLLED_BACK, ShiftPhase.FAILED,
                           ShiftPhase.WAITING_APPROVAL})
 MAX_DETAIL = 400
@@ -73,6 +73,8 @@ def fallback_text(event: FallbackEvent) -> str | None:
                           f"(fallback #{activation.pk} ended).",
         "rejected": f"The fallback entry of pool {pool} was turned down{by}: its traffic stays on it.",
         "lapsed": f"The fallback entry of pool {pool} lapsed: the overload passed before anyone approved it.",
+        "failed": f"The fallback of pool {pool} stopped, and its route is left as it is now: check its weights "
+                  f"between {pool} and {fallback}. Why: {why}.",
     }
     return texts.get(event.kind)
 

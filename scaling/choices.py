@@ -120,6 +120,8 @@ class FallbackPhase(models.TextChoices):
     RESTORING = "restoring", "Restoring"
     RESTORED = "restored", "Restored"
     REJECTED = "rejected", "Rejected"  # a waiting entry a person turned down, or the overload passed first
+    # Someone else changed the route's weights under it, or the router refused for good: Headroom stepped back.
+    FAILED = "failed", "Failed"
 
 
 FALLBACK_OPEN_PHASES = frozenset({FallbackPhase.WAITING_APPROVAL, FallbackPhase.ACTIVE, FallbackPhase.RESTORING})

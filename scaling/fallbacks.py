@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -42,6 +42,9 @@ from scaling.models import CircuitBreaker, FallbackActivation, FallbackEvent, Fa
 
 logger = logging.getLogger(__name__)
 AUTO = traffic.AUTO
+# After a fallback fails because the route changed under it (or the router refused for good), automatic entries
+# on its pool wait this long: Headroom does not take a route back from the person who just changed it by hand.
+STEP_BACK_S = 30 * 60
 
 
 class FallbackError(traffic.ShiftError):
@@ -293,6 +296,12 @@ def _apply(policy: FallbackPolicy, decision: engine.FallbackDecision, activation
                             "overflow_share": round(decision.overflow_share, 4),
                             "spilled_share": round(decision.spilled_share, 4), "at": now.isoformat()}
     if decision.event == engine.ENTERED and activation is None:
+        if held := _held_entry(policy.pool, now):
+            # Not entered: the engine stays inactive and decides again next tick.
+            policy.last_decision["reasons"] = [*reasons, (
+                f"entry held: fallback #{held.pk} failed at {held.finished_at:%H:%M:%S} UTC ({held.last_error}); "
+                f"automatic entries resume {STEP_BACK_S // 60} min after it, a person's may come at any time")]
+            return None
         phase = FallbackPhase.WAITING_APPROVAL if policy.requires_approval else FallbackPhase.ACTIVE
         try:
             with transaction.atomic():
@@ -360,6 +369,38 @@ def tick(pool_id: int, router: Router | None = None, now: datetime | None = None
     return write(activation.pk, router)
 
 
+def _step_back(activation_id: int, exc: DriverError) -> FallbackActivation:
+    """End an activation whose write cannot succeed: someone else wrote the route's weights (a person mid-incident,
+    another tool) or the router refused for good. Retrying would either never land or take the route back from
+    whoever changed it, so the activation fails, the engine forgets it, and automatic entries on the pool wait
+    `STEP_BACK_S` (`_held_entry`). The route is left as it is."""
+    with transaction.atomic():
+        # The policy's lock before the activation's, in the tick's order (a policy deleted meanwhile has none).
+        pool_id = FallbackActivation.objects.values_list("pool_id", flat=True).get(pk=activation_id)
+        policy = FallbackPolicy.objects.select_for_update(of=("self",)).filter(pk=pool_id).first()
+        activation = FallbackActivation.objects.select_for_update(of=("self",)).select_related("pool__team") \
+            .get(pk=activation_id)
+        if not activation.is_open:
+            return activation
+        cause = ("the route changed under the fallback (someone else wrote its weights)"
+                 if isinstance(exc, RoutePremiseChanged) else "the router refused")
+        activation.last_error = str(exc)
+        _transition(activation, FallbackPhase.FAILED, "failed", AUTO,
+                    f"{cause}: nothing written, and Headroom no longer writes this route for it; automatic entries "
+                    f"on {activation.pool} wait {STEP_BACK_S // 60} min, a person's may come at any time: {exc}")
+        if policy is not None:
+            policy.state = _state_dict(engine.FallbackState(since_s=None))
+            policy.save(update_fields=["state", "updated_at"])
+    return activation
+
+
+def _held_entry(pool: Pool, now: datetime) -> FallbackActivation | None:
+    """The pool's fallback that failed less than `STEP_BACK_S` ago, which holds automatic entries back."""
+    return FallbackActivation.objects.filter(pool=pool, phase=FallbackPhase.FAILED,
+                                             finished_at__gt=now - timedelta(seconds=STEP_BACK_S)) \
+        .order_by("-finished_at").first()
+
+
 def write(activation_id: int, router: Router | None = None) -> FallbackActivation:
     """Put the activation's target on the route (nothing when it is there already) and record it."""
     activation = FallbackActivation.objects.select_related("pool__cluster", "pool__team").get(pk=activation_id)
@@ -390,13 +431,13 @@ def write(activation_id: int, router: Router | None = None) -> FallbackActivatio
         outcome = router.set_weights(RouteRef(activation.route_namespace, activation.route_name),
                                      weights_at(target_percent), WeightPremise(accepted, still_wanted))
     except Exception as exc:  # noqa: BLE001 - recorded on the activation; retried next tick
+        if isinstance(exc, DriverError) and exc.permanent:
+            return _step_back(activation_id, exc)
         message = str(exc) if isinstance(exc, DriverError) else f"unexpected {type(exc).__name__}: {exc}"
         with transaction.atomic():
             activation = FallbackActivation.objects.select_for_update().get(pk=activation_id)
             if activation.last_error != message:  # one event per failure, not one a beat while it lasts
-                note = "the route changed under the fallback: nothing written" if isinstance(exc, RoutePremiseChanged) \
-                    else "write failed, retried next tick"
-                _event(activation, "write_failed", activation.phase, AUTO, f"{note}: {message}")
+                _event(activation, "write_failed", activation.phase, AUTO, f"write failed, retried next tick: {message}")
             activation.last_error = message
             activation.save(update_fields=["last_error", "updated_at"])
         return activation

@@ -48,7 +48,7 @@ class WeightPremise:
         allowed = [dict(target)] + [{backend: weights.get(backend) for backend in target} for weights in self.accepted]
         if mine in allowed:
             return None
-        return f"the route's weights changed under the shift: {mine} is none of the weights it moved between"
+        return f"the route's weights were changed by someone else: {mine} is none of the weights Headroom moved them between"
 
 
 @dataclass(frozen=True)

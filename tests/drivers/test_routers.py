@@ -89,7 +89,7 @@ def test_a_rerun_finds_its_weights_and_writes_nothing(http_route: HTTPRouteRoute
 
 
 def test_it_leaves_a_route_someone_else_changed(http_route: HTTPRouteRouter, store: ObjectStore) -> None:
-    with pytest.raises(RoutePremiseChanged, match="changed under the shift"):
+    with pytest.raises(RoutePremiseChanged, match="changed by someone else"):
         http_route.set_weights(ROUTE, {"chat-8b": 5, "chat-8b-warm": 95}, WeightPremise(({"chat-8b": 50, "chat-8b-warm": 50},)))
     assert http_route.read(ROUTE, {"chat-8b"}).weights["chat-8b"] == 100
 

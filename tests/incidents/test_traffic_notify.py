@@ -80,6 +80,32 @@ def test_a_fallback_entry_and_its_return_are_posted_once(sandbox, pools, policy,
                                                                       NotificationState.DELIVERED)}
 
 
+def test_a_fallback_that_stepped_back_from_a_route_edited_by_hand_is_posted(sandbox, pools, policy,  # noqa: ANN001, F811
+                                                                           slack_channel: Channel,
+                                                                           receiver: Receiver) -> None:
+    from sandbox.kube import resources as res
+    from tests.scaling.test_traffic import NS, ROUTE
+
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    fallbacks.tick(policy.pk, now=now)
+
+    def by_hand(route: dict) -> dict:
+        route["spec"]["rules"][0]["backendRefs"][0]["weight"] = 70
+        route["spec"]["rules"][0]["backendRefs"][1]["weight"] = 30
+        return route
+
+    sandbox[0].store.update(res.HTTPROUTES, NS, ROUTE, by_hand)
+    feed(pools, now + timedelta(seconds=15), primary_rps=84.0, fallback_rps=116.0, ttft_s=3.0)
+    fallbacks.tick(policy.pk, now=now + timedelta(seconds=15))
+    tasks.sweep_outbox()
+
+    _, failed = posted(receiver)
+    assert failed.startswith("The fallback of pool chat-8b stopped, and its route is left as it is now: check its "
+                             "weights between chat-8b and chat-8b-warm. Why: the route changed under the fallback "
+                             "(someone else wrote its weights)"), failed
+
+
 def test_breaker_trips_and_resets_are_posted_and_probes_are_not(pool: Pool, slack_channel: Channel,  # noqa: F811
                                                                 receiver: Receiver) -> None:
     driver, now = Pods(), timezone.now()

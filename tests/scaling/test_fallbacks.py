@@ -365,7 +365,9 @@ def test_a_restore_during_the_entry_write_brings_the_traffic_back(sandbox, pools
     assert activation.phase == FallbackPhase.RESTORED and _weights(kube) == {GIVING: 100, RECEIVING: 0}
 
 
-def test_a_route_edited_by_hand_is_one_failure_event_not_one_a_beat(sandbox, pools, policy) -> None:  # noqa: ANN001, F811
+def test_a_route_edited_by_hand_ends_the_fallback_and_holds_automatic_entries(sandbox, pools, policy) -> None:  # noqa: ANN001, F811
+    """Someone changed the route's weights by hand mid-overload: the fallback steps back (failed, one event, one
+    audit record), leaves the route as that person set it, and the policy does not take it back for 30 min."""
     kube, _ = sandbox
     now = timezone.now()
     feed(pools, now, primary_rps=100.0, ttft_s=2.0)
@@ -382,9 +384,37 @@ def test_a_route_edited_by_hand_is_one_failure_event_not_one_a_beat(sandbox, poo
         now += timedelta(seconds=15)
         feed(pools, now, primary_rps=84.0, fallback_rps=116.0, ttft_s=3.0)
         fallbacks.tick(policy.pk, now=now)
-    activation = FallbackActivation.objects.get()
-    assert "changed" in activation.last_error and activation.events.filter(kind="write_failed").count() == 1
+    activation = FallbackActivation.objects.get()  # no second activation while the overload goes on
+    assert activation.phase == FallbackPhase.FAILED and "changed" in activation.last_error
+    assert activation.events.filter(kind="failed").count() == 1 and not activation.events.filter(kind="write_failed")
+    assert AuditEvent.objects.filter(action="fallback-failed", object_id=str(activation.pk)).count() == 1
     assert _weights(kube) == {GIVING: 70, RECEIVING: 30}  # never overwritten
+    policy.refresh_from_db()
+    assert f"entry held: fallback #{activation.pk} failed" in policy.last_decision["reasons"][-1]
+
+    now = activation.finished_at + timedelta(seconds=fallbacks.STEP_BACK_S + 1)  # still overloaded 30 min on
+    feed(pools, now, primary_rps=84.0, fallback_rps=116.0, ttft_s=3.0)
+    again = fallbacks.tick(policy.pk, now=now)
+    assert again.pk != activation.pk and again.phase == FallbackPhase.ACTIVE
+    assert again.start_weights == {GIVING: 70, RECEIVING: 30}  # from the route as that person left it
+
+
+def test_a_person_may_fall_back_while_automatic_entries_are_held(sandbox, pools, policy, alice) -> None:  # noqa: ANN001, F811
+    kube, _ = sandbox
+    now = timezone.now()
+    feed(pools, now, primary_rps=100.0, ttft_s=2.0)
+    entered = fallbacks.tick(policy.pk, now=now)
+    kube.store.update(res.HTTPROUTES, NS, ROUTE, lambda route: {**route, "spec": {**route["spec"], "rules": [
+        {**route["spec"]["rules"][0], "backendRefs": [{**ref, "weight": w} for ref, w in
+                                                      zip(route["spec"]["rules"][0]["backendRefs"], (90, 10))]}]}})
+    feed(pools, now + timedelta(seconds=15), primary_rps=84.0, fallback_rps=116.0, ttft_s=3.0)
+    assert fallbacks.tick(policy.pk, now=now + timedelta(seconds=15)).phase == FallbackPhase.FAILED
+    assert FallbackActivation.objects.get(pk=entered.pk).phase == FallbackPhase.FAILED
+
+    forced = fallbacks.activate(pools[0], 0.5, core.Actor(alice, Channel.API), "by hand, through Headroom")
+
+    assert forced.phase == FallbackPhase.ACTIVE and forced.route_percent == 50
+    assert _weights(kube) == {GIVING: 50, RECEIVING: 50}
 
 
 def _primary_one_fallback_zero(kube) -> None:  # noqa: ANN001

@@ -231,7 +231,7 @@ def test_someone_elses_weights_end_the_shift_without_a_write(sandbox, pools, ali
     now = timezone.now()
     observe(kube, gateway, pools, now)
     shift = traffic.tick(shift.pk, now=now)
-    assert shift.phase == ShiftPhase.FAILED and "changed under the shift" in shift.last_error
+    assert shift.phase == ShiftPhase.FAILED and "changed by someone else" in shift.last_error
     assert _weights(kube) == {GIVING: 50, RECEIVING: 50}
 
 
