@@ -116,6 +116,7 @@ def test_rbac_grants_exactly_what_headroom_uses() -> None:
         ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "patch"},
         ("networking.istio.io", "virtualservices"): {"get", "list", "watch", "patch"},
         ("keda.sh", "scaledobjects"): {"get", "list", "watch", "patch"},
+        ("autoscaling", "horizontalpodautoscalers"): {"get", "list", "watch", "patch"},
     }
     binding = _one("ClusterRoleBinding", "headroom-controller")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "headroom", "namespace": "headroom"}]
