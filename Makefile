@@ -8,7 +8,7 @@ PORT ?= 8000
 # test database, test_headroom_<TEST_RUN_ID or pid>, so two runs on one machine do not collide.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/headroom
 
-.PHONY: help install system-deps demo demo-headless serve migrate test test-fast test-db test-services test-realvllm bench bench-full clean
+.PHONY: help install system-deps demo demo-headless migrate test test-fast test-db test-services test-realvllm bench bench-full clean
 
 help:
 	@echo "make demo          run Headroom on SQLite with the demo fleet at http://127.0.0.1:$(PORT), playing the story (README)"
@@ -22,6 +22,10 @@ help:
 # Re-installs only when pyproject.toml changed since the last install.
 install: $(STAMP)
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -c "import ensurepip" 2>/dev/null || { \
+		echo "installing Debian's python3-venv (python3 -m venv needs it)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			python3-venv >/dev/null; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'

@@ -29,11 +29,15 @@ def database_problem(error: Exception) -> str | None:
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db import OperationalError, ProgrammingError
 
     try:
         execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as error:  # a setting's own message names it: no traceback around it
+        sys.stderr.write(f"error: {error}\n")
+        sys.exit(1)
     except (OperationalError, ProgrammingError) as error:
         problem = database_problem(error)
         if problem is None:

@@ -31,7 +31,7 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (true/false/1/0), got {raw!r}")
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false, 1/0, yes/no, on/off), got {raw!r}")
 
 
 def env_int(name: str, default: int, minimum: int | None = None) -> int:
@@ -167,8 +167,9 @@ TEMPLATES = [
 
 # SQLite is the embedded default (the demo); production and the tests set a PostgreSQL URL.
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'headroom.sqlite3'}")
+CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0))}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE)}
 except Exception as exc:  # dj_database_url raises several types; all mean the same thing here
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -336,6 +337,9 @@ if METRICS_TOKEN and len(METRICS_TOKEN) < 16:
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(f"LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {LOG_LEVEL!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -345,7 +349,7 @@ LOGGING = {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # urllib3 logs each request line at DEBUG, and a webhook's path and query are its secret.
     "loggers": {"urllib3": {"level": "WARNING"}},
 }

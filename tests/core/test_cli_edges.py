@@ -54,6 +54,27 @@ def test_other_database_errors_keep_their_traceback(tmp_path: Path) -> None:
     assert done.returncode == 1 and "Traceback" in done.stderr and "cannot reach" not in done.stderr
 
 
+@pytest.mark.parametrize(("setting", "value", "message"), [
+    ("LOG_LEVEL", "loud", "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got 'LOUD'"),
+    ("DATABASE_CONN_MAX_AGE", "abc", "DATABASE_CONN_MAX_AGE must be an integer, got 'abc'"),  # not the URL's fault
+    ("SLACK_ENABLED", "maybe", "SLACK_ENABLED must be a boolean (true/false, 1/0, yes/no, on/off), got 'maybe'"),
+])
+def test_a_bad_setting_is_one_line_naming_it(tmp_path: Path, setting: str, value: str, message: str) -> None:
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DEBUG": "1", "SECRET_KEY": "x",
+           setting: value}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stderr == f"error: {message}\n", done.stderr
+
+
+def test_a_lowercase_log_level_is_taken(tmp_path: Path) -> None:
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DEBUG": "1", "SECRET_KEY": "x",
+           "LOG_LEVEL": "debug"}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 # --- issue_token -------------------------------------------------------------------------------------
 
 
