@@ -282,6 +282,10 @@ class Pool(models.Model):
             )
         if self.scaling_target == ScalingTarget.KEDA and not self.scaled_object:
             errors["scaled_object"] = "Name the KEDA ScaledObject when the pool is scaled through KEDA."
+        elif self.scaling_target == ScalingTarget.KEDA and self._scaled_object_claimed():
+            errors["scaled_object"] = (
+                f"Another pool already scales through ScaledObject {self.namespace}/{self.scaled_object} in this "
+                "cluster; a ScaledObject scales one Deployment, so two pools must not name it.")
         if self.scaling_target == ScalingTarget.HPA and self.min_replicas is not None and self.min_replicas < 1:
             errors["min_replicas"] = ("At least 1 when the pool is scaled through its HorizontalPodAutoscaler: "
                                       "an HPA's minReplicas cannot be 0.")
@@ -293,6 +297,13 @@ class Pool(models.Model):
         if self.cluster_id is None or not self.namespace or not self.deployment:
             return False
         claims = Pool.objects.filter(cluster_id=self.cluster_id, namespace=self.namespace, deployment=self.deployment)
+        return claims.exclude(pk=self.pk).exists() if self.pk else claims.exists()
+
+    def _scaled_object_claimed(self) -> bool:
+        if self.cluster_id is None or not self.namespace:
+            return False
+        claims = Pool.objects.filter(cluster_id=self.cluster_id, namespace=self.namespace,
+                                     scaling_target=ScalingTarget.KEDA, scaled_object=self.scaled_object)
         return claims.exclude(pk=self.pk).exists() if self.pk else claims.exists()
 
     @property

@@ -23,9 +23,9 @@ from controlplane import permissions, services as core
 from controlplane.choices import Channel, Role
 from controlplane.config import ApprovalPolicy
 from controlplane.errors import ServiceError
-from controlplane.models import Pool
+from controlplane.models import Cluster, Pool
 from scaling.choices import ProposalKind, ProposalState, can_move, same_track
-from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ReplicaStatus, ScalePremise
+from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ReplicaStatus, ScalePremise, Workload
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.engine.planner import WARM_FLOOR, PlannerState, PoolPlan, record_scale_event
 from scaling.models import ColdStart, PlannerMemory, PoolStatus, Proposal, ProposalEvent
@@ -124,6 +124,24 @@ def decided_workload(pool: Pool) -> dict[str, Any]:
     return decided | ({"hpa": True} if workload.hpa else {})
 
 
+def written_workload(proposal: Proposal) -> Workload:
+    """What the change was decided for, and so written to and followed (`Proposal.workload`): an admin who repoints
+    the pool after the write must not make its tracking read another Deployment. The pool's own where a proposal
+    recorded none (made before proposals recorded their workload)."""
+    recorded = proposal.workload or {}
+    if not recorded.get("deployment"):
+        return workload_of(proposal.pool)
+    return Workload(namespace=str(recorded.get("namespace", "")), deployment=str(recorded["deployment"]),
+                    scaled_object=str(recorded.get("scaled_object") or ""), hpa=bool(recorded.get("hpa")))
+
+
+def _written_cluster(proposal: Proposal) -> Cluster:
+    recorded = (proposal.workload or {}).get("cluster")
+    if recorded in (None, proposal.pool.cluster_id):
+        return proposal.pool.cluster
+    return Cluster.objects.get(pk=recorded)
+
+
 def _target_text(workload: dict[str, Any]) -> str:
     scaled = workload.get("scaled_object") or workload.get("deployment")
     through = " (its HorizontalPodAutoscaler)" if workload.get("hpa") else ""
@@ -211,13 +229,18 @@ def propose(
     policy = pool.approval
     key = idempotency_key or secrets.token_hex(16)
     share_target = guardrail_share(policy, kind, actor, current, target_replicas)
+    # A pre-scale is for its forecast window: approved after the window's end it would add replicas for a peak
+    # that has passed, so it expires then at the latest, whatever the pool's expiry says.
+    expires_at = now + timedelta(minutes=policy.expiry_minutes)
+    if floor_until is not None:
+        expires_at = max(now, min(expires_at, floor_until))
 
     def create(target: int, key: str, reasons: list[dict[str, Any]]) -> Proposal:
         proposal = Proposal.objects.create(
             pool=pool, kind=kind, current_replicas=current, target_replicas=target,
             reasons=reasons, signals=signals or {}, evidence=evidence or {}, idempotency_key=key,
             requested_by=actor.user, requested_channel=actor.channel,
-            expires_at=now + timedelta(minutes=policy.expiry_minutes), floor_until=floor_until,
+            expires_at=expires_at, floor_until=floor_until,
             workload=decided_workload(pool),
         )
         _event(proposal, "", actor)
@@ -558,7 +581,7 @@ def apply_change(proposal: Proposal, driver: ClusterDriver, now: datetime | None
     _record_intent(proposal, now)
     premise = ScalePremise(decided_from=proposal.current_replicas, target=proposal.target_replicas)
     try:
-        outcome = driver.scale(workload_of(proposal.pool), proposal.target_replicas, premise)
+        outcome = driver.scale(written_workload(proposal), proposal.target_replicas, premise)
     except PremiseChanged as exc:
         return _record_stale(proposal, exc, now)
     except Exception as exc:  # noqa: BLE001 - whatever broke, it is recorded and counted as an attempt
@@ -633,18 +656,24 @@ def _record_failure(proposal: Proposal, exc: Exception, now: datetime | None = N
 def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | None = None) -> Proposal:
     """Follow an applied change until its replicas are Ready; record the cold start of the pods it added."""
     now = now or timezone.now()
+    workload = written_workload(proposal)
     try:
-        status = driver.status(workload_of(proposal.pool))
+        status = driver.status(workload)
     except Exception as exc:  # noqa: BLE001 - recorded; the next tick looks again, until it is no use
         return _unreadable(proposal, exc, now)
-    record_status(proposal.pool, status, now)
+    if workload == workload_of(proposal.pool):  # not a Deployment the pool was repointed away from
+        record_status(proposal.pool, status, now)
     auto = core.Actor(None, Channel.AUTO)
     with transaction.atomic():
         locked = _locked(proposal.pk)
         if locked.state != ProposalState.EXECUTING or locked.applied_at is None:
             return locked
         scaling_down = locked.target_replicas < locked.current_replicas
-        done = status.desired <= locked.target_replicas if scaling_down else status.ready >= locked.target_replicas
+        # A lowered autoscaler floor is the whole change: its HPA removes replicas as its own metrics allow,
+        # maybe none, so there is nothing to wait for.
+        floor_lowered = scaling_down and bool(workload.hpa or workload.scaled_object)
+        done = floor_lowered or (status.desired <= locked.target_replicas if scaling_down
+                                 else status.ready >= locked.target_replicas)
         if done:
             locked.finished_at = now
             seconds = _cold_start_s(locked, driver, now)
@@ -652,7 +681,9 @@ def track_readiness(proposal: Proposal, driver: ClusterDriver, now: datetime | N
                 locked.measured_cold_start_s = seconds
                 ColdStart.objects.create(pool=locked.pool, proposal=locked, seconds=seconds)
                 _refresh_cold_start_stats(locked.pool)
-            note = f"{status.ready} replicas ready" + (f" after {seconds:.1f} s" if seconds is not None else "")
+            note = (f"floor lowered to {locked.target_replicas}: the autoscaler runs {status.desired} now and removes "
+                    "replicas as its metrics allow" if floor_lowered else
+                    f"{status.ready} replicas ready" + (f" after {seconds:.1f} s" if seconds is not None else ""))
             _transition(locked, ProposalState.SUCCEEDED, auto, note, ready=status.ready)
         elif (now - locked.applied_at).total_seconds() > settings.READY_TIMEOUT_S:
             locked.finished_at = now
@@ -694,7 +725,7 @@ def _cold_start_s(proposal: Proposal, driver: ClusterDriver, now: datetime) -> f
         return None
     added = proposal.target_replicas - previous
     try:
-        ready_at = driver.added_pods_ready_at(workload_of(proposal.pool), proposal.applied_at, added)
+        ready_at = driver.added_pods_ready_at(written_workload(proposal), proposal.applied_at, added)
     except Exception:  # noqa: BLE001 - the tick's own time bounds it
         ready_at = None
     # The pods' own Ready transition when the API has it (the tick may be up to 15 s late), else now.
@@ -710,7 +741,7 @@ def execute(proposal_id: int, driver: ClusterDriver | None = None) -> Proposal |
     if proposal is None:
         return None
     try:
-        driver = driver or cluster_driver(proposal.pool.cluster)
+        driver = driver or cluster_driver(_written_cluster(proposal))
     except Exception as exc:  # noqa: BLE001 - recorded and counted like any failed attempt
         return _record_failure(proposal, exc)
     proposal = apply_change(proposal, driver)
@@ -733,7 +764,7 @@ def advance(now: datetime | None = None) -> dict[str, int]:
                 if due and execute(proposal.pk) is not None:
                     counts["started" if proposal.state == ProposalState.APPROVED else "resumed"] += 1
                 continue
-            track_readiness(proposal, cluster_driver(proposal.pool.cluster))
+            track_readiness(proposal, cluster_driver(_written_cluster(proposal)))
             counts["tracked"] += 1
         except Exception:  # noqa: BLE001 - logged; the next sweep tries again
             counts["errors"] += 1

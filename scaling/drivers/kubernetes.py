@@ -46,6 +46,15 @@ def _check(premise: ScalePremise | None, live: int) -> None:
         raise PremiseChanged(live, refusal)
 
 
+def _floor_in_place(premise: ScalePremise | None, floor: int, replicas: int) -> bool:
+    """Whether an autoscaler's floor needs no write: it is at the target, or someone moved it past the target the
+    way the change goes (raised above a scale-up's, lowered below a scale-down's) before its autoscaler synced.
+    Writing the target then would undo their change, against the direction that was approved."""
+    if floor == replicas or premise is None:
+        return floor == replicas
+    return floor > replicas if premise.target > premise.decided_from else floor < replicas
+
+
 def _ready_since(pod: client.V1Pod) -> datetime | None:
     for condition in (pod.status.conditions or []) if pod.status else []:
         if condition.type == "Ready":
@@ -360,7 +369,7 @@ class KubernetesDriver:
                 _check(premise, running)
                 hpa = self._the_autoscaler(workload)
                 name, maximum = hpa["metadata"]["name"], int(hpa["spec"].get("maxReplicas") or 0)
-                if _min_replicas(hpa) == replicas:
+                if _floor_in_place(premise, _min_replicas(hpa), replicas):
                     return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
                 if replicas > maximum:
                     raise DriverError(f"HorizontalPodAutoscaler {workload.namespace}/{name} allows at most {maximum} "
@@ -405,7 +414,14 @@ class KubernetesDriver:
                     raise DriverError(f"ScaledObject {where} is paused ({annotation}): Headroom's floor would do "
                                       "nothing; remove the annotation to let it scale", permanent=True)
                 spec = scaled.get("spec", {})
-                if int(spec.get("minReplicaCount", 0)) == replicas:
+                # A ScaledObject scales what its scaleTargetRef names (a Deployment unless it says otherwise): one
+                # that names another Deployment is not this pool's, whoever made it or repointed it.
+                target = spec.get("scaleTargetRef") or {}
+                if target.get("name") != workload.deployment or target.get("kind", "Deployment") != "Deployment":
+                    raise DriverError(f"ScaledObject {where} scales {target.get('kind', 'Deployment')} "
+                                      f"{target.get('name')!r}, not this pool's Deployment {workload.deployment!r}: "
+                                      "nothing written", permanent=True)
+                if _floor_in_place(premise, int(spec.get("minReplicaCount", 0)), replicas):
                     return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
                 maximum = spec.get("maxReplicaCount")
                 if maximum is not None and replicas > int(maximum):
