@@ -57,6 +57,7 @@ BACKFILL_RETRY_S = 300  # a failed backfill is asked again after this long, not 
 SAMPLE_PRUNE_BATCH = 10_000  # rows a tick deletes at most: a backlog (a shortened retention) drains over ticks
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
+FAILED_CHANGE_HOLD_S = 15 * 60  # a change that failed is not proposed again for this long (act)
 
 
 @dataclass(frozen=True)
@@ -359,6 +360,15 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
     elif Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES, target_replicas=target) \
             .exclude(kind__in=PRESCALE_TRACK).exists():
         return []
+    # The same change failed a moment ago (an autoscaler's ceiling below it, a role that may not write): made
+    # again every minute it would fail, and be audited and announced, every minute. It waits a while instead.
+    failed = Proposal.objects.filter(pool=pool, state=ProposalState.FAILED, target_replicas=target,
+                                     finished_at__gt=now - timedelta(seconds=FAILED_CHANGE_HOLD_S))
+    failed = failed.filter(kind__in=PRESCALE_TRACK) if kind in PRESCALE_TRACK else failed.exclude(kind__in=PRESCALE_TRACK)
+    if (last := failed.order_by("-finished_at").first()) is not None:
+        again = last.finished_at + timedelta(seconds=FAILED_CHANGE_HOLD_S)
+        return [f"no proposal: the same change (#{last.pk}, {current} → {target}) failed at "
+                f"{last.finished_at:%H:%M:%S} UTC ({last.last_error}); proposed again from {again:%H:%M:%S} UTC"]
     reasons = _reason_list(decision)
     if decision.prescale is not None:
         p = decision.prescale

@@ -160,6 +160,38 @@ def test_keda_too_a_scale_up_never_lowers_a_floor_someone_raised_meanwhile(kube_
     assert floor == 6, f"the ScaledObject's floor went 6 → {floor}; proposal {done.state}"
 
 
+def test_after_an_hpa_max_was_lowered_the_loop_does_not_fail_a_new_proposal_every_minute(
+        kube_pool: Pool, kube: SandboxCluster) -> None:
+    """Another team lowers the HPA's maxReplicas to 3 during a surge; the planner (pool max 8) keeps asking for 5.
+    Each minute the loop's key is new: without a hold, a reactive 3 → 5 would be auto-approved, fail on the HPA's
+    ceiling and be audited every minute. The same change waits 15 minutes after it failed."""
+    from scaling import loop
+    from scaling.drivers.cluster import ReplicaStatus
+    from scaling.engine.decide import Decision
+    from scaling.engine.planner import PlannerState
+    
+    pool = _hpa_pool(kube_pool, kube)
+    _edit_hpa(kube, minReplicas=3)
+    assert wait_until(lambda: replicas(kube) == 3, 5)
+    _edit_hpa(kube, maxReplicas=3)
+    services.record_status(pool, ReplicaStatus(3, 3), timezone.now())
+    wants_five = Decision(target_replicas=5, current_replicas=3, ready_replicas=3, arriving_replicas=0, terms=(),
+                          binding="reactive", reasons=("queue 12 per ready replica",), hold=False,
+                          signals_unknown_for_s=0.0, staleness_alert=False, capacity_per_replica_rps=1.0,
+                          prescale=None, state=PlannerState())
+    start = timezone.now().replace(second=5, microsecond=0)
+    for minute in range(5):  # five minutes of the surge, one tick a minute shown
+        loop.act(pool, wants_five, {}, {}, start + timedelta(minutes=minute))
+        services.advance()
+    failed = Proposal.objects.filter(pool=pool, state=ProposalState.FAILED)
+    assert failed.count() == 1, (f"{failed.count()} proposals failed in 5 minutes, each "
+                                 f"'{failed.first().last_error}'")
+    said = loop.act(pool, wants_five, {}, {}, start + timedelta(minutes=6))
+    assert said[0].startswith(f"no proposal: the same change (#{failed.get().pk}, 3 → 5) failed at"), said
+    later = failed.get().finished_at + timedelta(seconds=loop.FAILED_CHANGE_HOLD_S + 1)
+    assert loop.act(pool, wants_five, {}, {}, later)[0].startswith("proposal #")  # and then it may try again
+
+
 def test_a_scale_down_through_the_hpa_ends_once_the_floor_is_lowered(kube_pool: Pool, alice: User, bob: User,
                                                                       kube: SandboxCluster) -> None:
     """Through an HPA a scale-down only lowers the floor (5 → 2); the HPA then decides, on its own metrics, how
