@@ -40,13 +40,15 @@ def shift_key(proposal: Proposal) -> str:
 
 
 def giving_pool(pool: Pool) -> Pool | None:
-    """The one other pool of the cluster on `pool`'s route, or None when the pool does not split its route
+    """The one other pool of the cluster on `pool`'s route (its namespace and name), or None when the pool does not split its route
     (or splits it several ways: which one to drain is then a person's call). A fallback pool on the route
     is no split: it takes what a fallback or the gateway's spill-over sends it, and gives nothing back."""
     if not pool.route_name or not pool.route_backend:
         return None
+    # A route is its namespace and name: another team's same-named route in its own namespace is another route.
     others = Pool.objects.select_related("cluster", "team").filter(
-        cluster_id=pool.cluster_id, route_name=pool.route_name).exclude(pk=pool.pk).exclude(route_backend="")
+        cluster_id=pool.cluster_id, namespace=pool.namespace, route_name=pool.route_name) \
+        .exclude(pk=pool.pk).exclude(route_backend="")
     others = others.exclude(fallback_pool=pool)
     if pool.fallback_pool_id is not None:
         others = others.exclude(pk=pool.fallback_pool_id)

@@ -213,9 +213,10 @@ def _check_pools(from_pool: Pool, to_pool: Pool) -> None:
     for field, pool in (("from_pool", from_pool), ("to_pool", to_pool)):
         if not pool.route_name or not pool.route_backend:
             raise InvalidShift(field, f"Pool {pool} has no route (set its route_name and route_backend first).")
-    if from_pool.route_name != to_pool.route_name:
-        raise InvalidShift("to_pool", f"{to_pool} is on route {to_pool.route_name}, {from_pool} on "
-                                      f"{from_pool.route_name}: a shift moves traffic on one route.")
+    if (from_pool.namespace, from_pool.route_name) != (to_pool.namespace, to_pool.route_name):
+        raise InvalidShift("to_pool", f"{to_pool} is on route {to_pool.namespace}/{to_pool.route_name}, {from_pool} on "
+                                      f"{from_pool.namespace}/{from_pool.route_name}: a shift moves traffic on one "
+                                      "route.")
     if from_pool.route_backend == to_pool.route_backend:
         raise InvalidShift("to_pool", f"{to_pool} and {from_pool} are the same backend ({to_pool.route_backend}) "
                                       "of the route: a shift between them would move nothing.")

@@ -65,7 +65,7 @@ def test_pools_on_two_routes_or_the_same_pool_are_refused(alice: User, pools) ->
     assert same.status_code == 400 and "the same" in str(same.data["to_pool"])
     Pool.objects.filter(pk=pools[1].pk).update(route_name="other-route")
     apart = client.post(URL, _payload(pools), format="json")
-    assert apart.status_code == 400 and "on route other-route" in str(apart.data["to_pool"])
+    assert apart.status_code == 400 and "on route inference/other-route" in str(apart.data["to_pool"])
 
 
 def test_a_second_shift_on_the_route_is_a_409(alice: User, pools) -> None:  # noqa: ANN001, F811

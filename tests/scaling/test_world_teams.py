@@ -11,7 +11,7 @@ from controlplane.choices import Channel, ScalingTarget
 from controlplane.models import Cluster, Pool, Team
 from sandbox.kube import resources as res
 from sandbox.kube.cluster import SandboxCluster
-from scaling import services
+from scaling import prescale_shift, services, traffic
 from scaling.choices import ProposalKind, ProposalState
 from scaling.drivers.kubernetes import KubernetesDriver
 from scaling.models import Proposal
@@ -108,3 +108,46 @@ def test_a_scaled_object_retargeted_after_approval_is_not_written(kube_pool: Poo
     floor = kube.store.get(res.SCALEDOBJECTS, NS, "chat-scaler")["spec"]["minReplicaCount"]
     assert floor == 1, f"wrote minReplicaCount {floor} to a ScaledObject that scales vllm-batch ({done.state})"
     assert done.state == ProposalState.FAILED and "scales Deployment 'vllm-batch'" in done.last_error
+
+
+def test_another_teams_pool_in_another_namespace_does_not_break_split_routing(
+        cluster: Cluster, ml_team: Team, search_team: Team) -> None:
+    """ML Platform splits route inference/chat between chat-8b and chat-8b-warm. Search, sharing the cluster, has
+    its own HTTPRoute search/chat. The giving pool of a chat-8b-warm pre-scale is chat-8b; Search's pool is on
+    another route (another namespace) and must not count."""
+    common = dict(cluster=cluster, model_name="m", gpu_type="H100", min_replicas=1, max_replicas=8, route_name="chat")
+    cluster.shared_with.add(search_team)
+    chat = Pool.objects.create(team=ml_team, name="chat-8b", namespace=NS, deployment="vllm-chat-8b",
+                               route_backend="vllm-chat-8b", **common)
+    warm = Pool.objects.create(team=ml_team, name="chat-8b-warm", namespace=NS, deployment="vllm-warm",
+                               route_backend="vllm-warm", **common)
+    Pool.objects.create(team=search_team, name="search-chat", namespace="search", deployment="vllm-chat",
+                        route_backend="vllm-chat", **common)
+    giver = prescale_shift.giving_pool(warm)
+    assert giver == chat, f"giving pool {giver}: Search's pool in namespace search made ML Platform's split ambiguous"
+
+
+def test_the_giving_pool_is_never_another_namespaces_pool(cluster: Cluster, ml_team: Team,
+                                                          search_team: Team) -> None:
+    common = dict(cluster=cluster, model_name="m", gpu_type="H100", min_replicas=1, max_replicas=8, route_name="chat")
+    cluster.shared_with.add(search_team)
+    warm = Pool.objects.create(team=ml_team, name="chat-8b-warm", namespace=NS, deployment="vllm-warm",
+                               route_backend="vllm-warm", **common)
+    theirs = Pool.objects.create(team=search_team, name="search-chat", namespace="search", deployment="vllm-chat",
+                                 route_backend="vllm-chat", **common)
+    assert prescale_shift.giving_pool(warm) != theirs, "Search's pool (another route) would give ML's pool its traffic"
+
+
+def test_a_shift_between_two_namespaces_routes_of_one_name_is_refused(cluster: Cluster, ml_team: Team,
+                                                                      search_team: Team, alice: User) -> None:
+    common = dict(cluster=cluster, model_name="m", gpu_type="H100", min_replicas=1, max_replicas=8, route_name="chat")
+    cluster.shared_with.add(search_team)
+    ours = Pool.objects.create(team=ml_team, name="chat-8b", namespace=NS, deployment="vllm-chat-8b",
+                               route_backend="vllm-chat-8b", **common)
+    other = Pool.objects.create(team=ml_team, name="chat-other", namespace="other", deployment="vllm-chat",
+                                route_backend="vllm-chat", **common)
+    try:
+        traffic.start(ours, other, core.Actor(alice, Channel.API))
+        raise AssertionError("a shift across two routes named chat was started")
+    except traffic.InvalidShift as refused:
+        assert refused.field == "to_pool" and "a shift moves traffic on one route" in str(refused)
