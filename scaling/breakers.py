@@ -8,6 +8,12 @@ Ejecting every endpoint would turn an error rate into an outage: when all are op
 (`routable_endpoints`). A person may force a breaker open or closed; the evaluation leaves it alone
 until released. Labels are reconciled from the rows on every evaluation, so a worker that died between
 the commit and the label write leaves nothing wrong for longer than a tick.
+
+Only the pods the pool's Deployment has now (or that answered requests in the evaluated window) are
+evaluated: the row of a pod that is gone is left as it was, so it ages out of the fallback's picture.
+Each evaluated endpoint row records the workload its pod was counted under (`last_counts["workload"]`);
+once the pool is repointed at another Deployment, namespace or cluster, the rows of the old one's pods
+that are not closed are ended: the pod's label removed, the row closed (and released), a transition.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane import services as core
-from controlplane.models import Pool
+from controlplane.models import Cluster, Pool
 from scaling import traffic
 from scaling.choices import BreakerScope, BreakerState
 from scaling.drivers.cluster import ClusterDriver, DriverError
@@ -59,18 +65,25 @@ def _breaker(scope: str, pool: Pool, endpoint: str, now: datetime) -> CircuitBre
         scope=scope, pool=pool, endpoint=endpoint)
 
 
-def _move(breaker: CircuitBreaker, target: str, actor: core.Actor, reason: str, now: datetime) -> None:
+def _move(breaker: CircuitBreaker, target: str, actor: core.Actor, reason: str, now: datetime,
+          release: bool = False) -> None:
     before, source = core.snapshot(breaker), breaker.state
     breaker.state, breaker.since, breaker.probe_successes = target, now, 0
+    if release:  # the move ends a person's hold too
+        breaker.forced = False
     breaker.save()
     BreakerTransition.objects.create(breaker=breaker, at=now, from_state=source, to_state=target,
                                      actor_name=actor.name, channel=actor.channel, reason=reason)
     core.record(actor, f"breaker-{target}", breaker, before=before, team=breaker.pool.team if breaker.pool else None)
 
 
-def _step(breaker: CircuitBreaker, counts: engine.WindowCounts, now: datetime) -> bool:
-    """One evaluation of a locked breaker; True when it changed state."""
+def _step(breaker: CircuitBreaker, counts: engine.WindowCounts, now: datetime, workload: dict | None = None) -> bool:
+    """One evaluation of a locked breaker; True when it changed state. `workload`: what the endpoint's pod
+    is known to belong to now (None: not known this time; the row keeps what it recorded)."""
+    where = workload or (breaker.last_counts or {}).get("workload")
     breaker.last_counts = {"requests": counts.requests, "failures": counts.failures, "at": now.isoformat()}
+    if where:
+        breaker.last_counts["workload"] = where
     if breaker.forced:
         breaker.last_reasons = [f"forced {breaker.state} by a person"]
         breaker.save()
@@ -104,26 +117,105 @@ def tick_fallbacks(pools: list[Pool], now: datetime) -> list[int]:
     return ticked
 
 
+def _workload_key(pool: Pool) -> dict:
+    """What an endpoint row records of the pool's workload: where its pod was counted."""
+    return {"cluster": pool.cluster_id, "namespace": pool.namespace, "deployment": pool.deployment}
+
+
 def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime | None = None,
              driver: ClusterDriver | None = None) -> dict[str, str]:
     """One evaluation of a pool's endpoint breakers and its pool breaker, from each pod's requests and
     failures (over the breaker window while closed; since the last evaluation while half-open).
     Returns pod → breaker state after the labels were reconciled."""
     now = now or timezone.now()
-    # Every known endpoint steps, with or without requests: an ejected pod gets none, and its cool-down
-    # must still end in the probes.
-    known = CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool).values_list("endpoint", flat=True)
+    try:
+        driver = driver or cluster_driver(pool.cluster)
+        live: set[str] | None = set(driver.endpoints(workload_of(pool)))
+    except DriverError as exc:  # unknown is not "gone": every known row steps, as before; reconcile reports it
+        logger.warning("breakers of %s: the pool's pods could not be read, every known endpoint steps: %s", pool, exc)
+        live = None
+    # Every live endpoint steps, with or without requests: an ejected pod gets none, and its cool-down must
+    # still end in the probes. The row of a pod that is gone is left as it was and ages out of the fallback's
+    # picture; a pod no longer listed that still answered requests in the window is evaluated on them.
+    answered = {pod for pod, window in counts.items() if window.requests}
+    if live is None:
+        stepped = set(counts) | set(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool)
+                                     .values_list("endpoint", flat=True))
+    else:
+        stepped = live | answered
+    here = _workload_key(pool)
     moved = False
     with transaction.atomic():
-        for endpoint in sorted(set(counts) | set(known)):
+        for endpoint in sorted(stepped):
+            known_here = live is not None or endpoint in answered
             moved |= _step(_breaker(BreakerScope.ENDPOINT, pool, endpoint, now),
-                           counts.get(endpoint, engine.WindowCounts(0, 0)), now)
+                           counts.get(endpoint, engine.WindowCounts(0, 0)), now, here if known_here else None)
         total = engine.WindowCounts(sum(c.requests for c in counts.values()), sum(c.failures for c in counts.values()))
         moved |= _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
+    moved |= end_repointed(pool, driver, now)
     states = reconcile(pool, driver)
     if moved:
         tick_fallbacks([pool], now)
     return states
+
+
+def end_repointed(pool: Pool, driver: ClusterDriver | None, now: datetime) -> bool:
+    """The pool was repointed (another Deployment, namespace or cluster): the endpoint rows its old pods left
+    open, half-open or forced end. The pod's label is removed first (a merge patch of one label, idempotent;
+    a pod that is gone has none), then the row is closed and released, a transition and an audit record
+    with the reason. A label write that fails leaves the row for the next evaluation. True when a row moved."""
+    here = _workload_key(pool)
+    stale = [row for row in CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool,
+                                                          last_counts__has_key="workload")
+             .exclude(state=BreakerState.CLOSED, forced=False).order_by("endpoint")
+             if row.last_counts["workload"] != here]
+    moved = False
+    for row in stale:
+        was = row.last_counts["workload"]
+        where = f"{was.get('namespace')}/{was.get('deployment')}"
+        if row.state != BreakerState.CLOSED:
+            try:
+                _unlabel(pool, row.endpoint, was, driver)
+            except DriverError as exc:
+                logger.warning("breaker #%s: the label of pod %s/%s waits for the next evaluation: %s",
+                               row.pk, was.get("namespace"), row.endpoint, exc)
+                continue
+        reason = (f"the pool no longer runs {where}: it now runs {pool.namespace}/{pool.deployment}"
+                  + ("" if was.get("cluster") == pool.cluster_id else " in another cluster")
+                  + f"; pod {row.endpoint} is not the pool's")
+        with transaction.atomic():
+            breaker = CircuitBreaker.objects.select_for_update(of=("self",)).select_related("pool__team") \
+                .get(pk=row.pk)
+            if (breaker.last_counts or {}).get("workload") != was or (
+                    breaker.state == BreakerState.CLOSED and not breaker.forced):
+                continue  # another evaluation ended it, or it was evaluated again meanwhile
+            if breaker.state != BreakerState.CLOSED:
+                _move(breaker, BreakerState.CLOSED, AUTO, reason, now, release=True)
+                moved = True
+            else:  # held closed by a person: released, nothing to move
+                before, breaker.forced = core.snapshot(breaker), False
+                breaker.save()
+                core.record(AUTO, "breaker-release", breaker, before=before, team=breaker.pool.team)
+    return moved
+
+
+def _unlabel(pool: Pool, pod: str, was: dict, driver: ClusterDriver | None) -> None:
+    """Remove the ejection label from a pod of the pool's old workload; a pod (or cluster) that is gone is done.
+    Left alone while another pool's open breaker ejects the same pod (a pool that took the Deployment over)."""
+    if CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, endpoint=pod, state=BreakerState.OPEN,
+                                     pool__cluster_id=was.get("cluster"), pool__namespace=was.get("namespace")) \
+            .exclude(pool=pool).exists():
+        return
+    if was.get("cluster") != pool.cluster_id or driver is None:
+        old = Cluster.objects.filter(pk=was.get("cluster")).first()
+        if old is None:
+            return  # the cluster is gone, and its pods with it
+        driver = cluster_driver(old)
+    try:
+        driver.set_routable(was["namespace"], pod, True)
+    except DriverError as exc:
+        if exc.status != 404:
+            raise
 
 
 def evaluate_system(counts: engine.WindowCounts, now: datetime | None = None) -> CircuitBreaker:
