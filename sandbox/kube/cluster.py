@@ -211,12 +211,16 @@ class SandboxCluster:
             high = int(scaled["spec"].get("maxReplicaCount", 100))
             clamped = min(max(desired, low), high)
         if clamped != desired:
-            def set_replicas(obj: Object) -> Object:
-                obj["spec"]["replicas"] = clamped
-                return obj
-
-            self.store.update(res.DEPLOYMENTS, spec.namespace, spec.name, set_replicas)
+            self._set_replicas(spec, clamped)
         return clamped
+
+    def _set_replicas(self, spec: PoolSpec, replicas: int) -> None:
+        """An autoscaler's write of the Deployment's replicas (KEDA's HPA, or an HPA)."""
+        def set_replicas(obj: Object) -> Object:
+            obj["spec"]["replicas"] = replicas
+            return obj
+
+        self.store.update(res.DEPLOYMENTS, spec.namespace, spec.name, set_replicas)
 
     def _apply_hpas(self, spec: PoolSpec, desired: int) -> int:
         """Every HorizontalPodAutoscaler whose scaleTargetRef is the Deployment holds its replicas within
@@ -232,11 +236,7 @@ class SandboxCluster:
             self.store.set_status(res.HPAS, spec.namespace, hpa["metadata"]["name"],
                                   {"currentReplicas": desired, "desiredReplicas": clamped})
         if clamped != desired:
-            def set_replicas(obj: Object) -> Object:
-                obj["spec"]["replicas"] = clamped
-                return obj
-
-            self.store.update(res.DEPLOYMENTS, spec.namespace, spec.name, set_replicas)
+            self._set_replicas(spec, clamped)
         return clamped
 
     def _restart_dead(self, records: list[_PodRecord]) -> None:

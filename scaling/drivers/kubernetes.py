@@ -353,6 +353,14 @@ class KubernetesDriver:
                               permanent=True)
         return autoscalers[0]
 
+    def _running(self, workload: Workload, premise: ScalePremise | None) -> int:
+        """The replicas the Deployment runs, which its autoscaler sets, with the premise checked on them: a floor
+        change counts from them (raising the floor from 1 to 5 under 3 running adds 2 pods)."""
+        running = self._apps.read_namespaced_deployment_scale(
+            workload.deployment, workload.namespace, _request_timeout=self._timeout).spec.replicas or 0
+        _check(premise, running)
+        return running
+
     def _scale_hpa(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
         where = f"{workload.namespace}/{workload.deployment}"
         if replicas < 1:
@@ -361,12 +369,7 @@ class KubernetesDriver:
         conflicts = 0
         while True:
             try:
-                # As with KEDA: the premise is about the replicas the Deployment runs, and the change counts
-                # from them (raising the floor from 1 to 5 under 3 running adds 2 pods).
-                running = self._apps.read_namespaced_deployment_scale(
-                    workload.deployment, workload.namespace, _request_timeout=self._timeout
-                ).spec.replicas or 0
-                _check(premise, running)
+                running = self._running(workload, premise)
                 hpa = self._the_autoscaler(workload)
                 name, maximum = hpa["metadata"]["name"], int(hpa["spec"].get("maxReplicas") or 0)
                 if _floor_in_place(premise, _min_replicas(hpa), replicas):
@@ -395,12 +398,7 @@ class KubernetesDriver:
         conflicts = 0
         while True:
             try:
-                # The replicas the Deployment runs, which KEDA's HPA sets: what the premise is about, and
-                # what the change starts from (raising the floor from 1 to 5 under 3 running adds 2 pods).
-                running = self._apps.read_namespaced_deployment_scale(
-                    workload.deployment, workload.namespace, _request_timeout=self._timeout
-                ).spec.replicas or 0
-                _check(premise, running)
+                running = self._running(workload, premise)
                 scaled = self._custom.get_namespaced_custom_object(
                     group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
                 )
