@@ -130,10 +130,11 @@ def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime |
     now = now or timezone.now()
     try:
         driver = driver or cluster_driver(pool.cluster)
-        live: set[str] | None = set(driver.endpoints(workload_of(pool)))
+        pods: dict[str, bool] | None = driver.endpoints(workload_of(pool))
+        live: set[str] | None = set(pods)
     except DriverError as exc:  # unknown is not "gone": every known row steps, as before; reconcile reports it
         logger.warning("breakers of %s: the pool's pods could not be read, every known endpoint steps: %s", pool, exc)
-        live = None
+        pods = live = None
     # Every live endpoint steps, with or without requests: an ejected pod gets none, and its cool-down must
     # still end in the probes. The row of a pod that is gone is left as it was and ages out of the fallback's
     # picture; a pod no longer listed that still answered requests in the window is evaluated on them.
@@ -153,7 +154,7 @@ def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime |
         total = engine.WindowCounts(sum(c.requests for c in counts.values()), sum(c.failures for c in counts.values()))
         moved |= _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
     moved |= end_repointed(pool, driver, now)
-    states = reconcile(pool, driver)
+    states = reconcile(pool, driver, pods)
     if moved:
         tick_fallbacks([pool], now)
     return states
@@ -239,10 +240,11 @@ def evaluate_system(counts: engine.WindowCounts, now: datetime | None = None) ->
     return breaker
 
 
-def reconcile(pool: Pool, driver: ClusterDriver | None = None) -> dict[str, str]:
-    """Label the pool's pods after their breakers: open ones ejected (unless all would be), others routable."""
+def reconcile(pool: Pool, driver: ClusterDriver | None = None, pods: dict[str, bool] | None = None) -> dict[str, str]:
+    """Label the pool's pods after their breakers: open ones ejected (unless all would be), others routable.
+    `pods`: the pool's pods and whether each is routable, as the caller just read them (None: read here)."""
     driver = driver or cluster_driver(pool.cluster)
-    pods = driver.endpoints(workload_of(pool))
+    pods = driver.endpoints(workload_of(pool)) if pods is None else pods
     states = dict(CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool, endpoint__in=list(pods))
                   .values_list("endpoint", "state"))
     engine_states = {pod: engine.BreakerState(states.get(pod, BreakerState.CLOSED)) for pod in pods}
