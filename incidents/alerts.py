@@ -326,6 +326,9 @@ def apply_verdicts(team: Team, cluster: Cluster, pool: Pool | None, verdicts: Se
         for orphan in active.values():  # its rule is gone (an SLO was deleted, a cluster's last pool removed)
             if now < orphan.last_evaluated_at:
                 continue  # an evaluation older than the last one (see _apply): a later one resolves it
+            if orphan.clear_since is not None:  # in its hold: the resolve message must not promise one
+                orphan.summary = f"{rules.without_hold(orphan.summary)}; the rule no longer exists"
+                orphan.save(update_fields=["summary"])
             if _transition(orphan, AlertState.RESOLVED if orphan.state == AlertState.FIRING else AlertState.CLEARED,
                            "the rule no longer exists", now):
                 result.changed[orphan.state].append(orphan.pk)

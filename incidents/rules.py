@@ -190,11 +190,19 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+CLEARING = "; condition clear for "
+
+
+def without_hold(summary: str) -> str:
+    """A summary without what `clearing_summary` added: the condition's own words."""
+    return summary.split(CLEARING, 1)[0]
+
+
 def clearing_summary(summary: str, clear_for_s: float, keep_firing_for_s: float, *, resolved: bool) -> str:
     """A firing alert's summary in its resolve hold, or at the resolve the hold ended (with how long it was clear)."""
     if resolved:
-        return f"{summary}; condition clear for {duration(clear_for_s)}: resolved"
-    return (f"{summary}; condition clear for {duration(clear_for_s)}; resolves once clear for "
+        return f"{summary}{CLEARING}{duration(clear_for_s)}: resolved"
+    return (f"{summary}{CLEARING}{duration(clear_for_s)}; resolves once clear for "
             f"{duration(keep_firing_for_s)} unless it returns")
 
 

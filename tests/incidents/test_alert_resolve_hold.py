@@ -284,3 +284,4 @@ def test_a_heartbeat_in_its_hold_resolves_at_once_when_its_rule_is_gone(pool: Po
     heartbeat.refresh_from_db()
     assert (heartbeat.state, heartbeat.resolved_at) == (AlertState.RESOLVED, T0 + timedelta(seconds=150))
     assert heartbeat.events.last().reason == "the rule no longer exists"
+    assert heartbeat.summary.endswith("; the rule no longer exists") and "resolves once" not in heartbeat.summary
