@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -274,32 +275,41 @@ class KubernetesDriver:
             return self._scale_hpa(workload, replicas, premise)
         return self._scale_deployment(workload, replicas, premise)
 
-    def _scale_deployment(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
-        where = f"{workload.namespace}/{workload.deployment}"
+    def _retrying(self, action: str, attempt: Callable[[int], ScaleOutcome]) -> ScaleOutcome:
+        """Run one read-check-write `attempt` (given the conflicts so far); on 409 someone wrote in between, so it
+        runs again from a fresh read, up to MAX_CONFLICT_RETRIES times. Other failures are the driver's errors."""
         conflicts = 0
         while True:
             try:
-                scale = self._apps.read_namespaced_deployment_scale(
-                    workload.deployment, workload.namespace, _request_timeout=self._timeout
-                )
-                previous = scale.spec.replicas or 0
-                _check(premise, previous)
-                if previous == replicas:
-                    return ScaleOutcome(previous, replicas, wrote=False, conflicts=conflicts)
-                self._refuse_if_autoscaled(workload)
-                body = {"metadata": {"resourceVersion": scale.metadata.resource_version}, "spec": {"replicas": replicas}}
-                self._apps.patch_namespaced_deployment_scale(
-                    workload.deployment, workload.namespace, body,
-                    _content_type=MERGE_PATCH, _request_timeout=self._timeout,
-                )
-                return ScaleOutcome(previous, replicas, wrote=True, conflicts=conflicts)
+                return attempt(conflicts)
             except ApiException as exc:
                 if exc.status == 409 and conflicts < MAX_CONFLICT_RETRIES:
                     conflicts += 1
-                    continue  # someone wrote in between: re-read and decide again
-                raise _driver_error(f"scale deployment {where}", exc) from None
+                    continue
+                raise _driver_error(action, exc) from None
             except (HTTPError, OSError, ValueError, netguard.OutboundRefused) as exc:
-                raise _driver_error(f"scale deployment {where}", exc) from None
+                raise _driver_error(action, exc) from None
+
+    def _scale_deployment(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
+        where = f"{workload.namespace}/{workload.deployment}"
+
+        def attempt(conflicts: int) -> ScaleOutcome:
+            scale = self._apps.read_namespaced_deployment_scale(
+                workload.deployment, workload.namespace, _request_timeout=self._timeout
+            )
+            previous = scale.spec.replicas or 0
+            _check(premise, previous)
+            if previous == replicas:
+                return ScaleOutcome(previous, replicas, wrote=False, conflicts=conflicts)
+            self._refuse_if_autoscaled(workload)
+            body = {"metadata": {"resourceVersion": scale.metadata.resource_version}, "spec": {"replicas": replicas}}
+            self._apps.patch_namespaced_deployment_scale(
+                workload.deployment, workload.namespace, body,
+                _content_type=MERGE_PATCH, _request_timeout=self._timeout,
+            )
+            return ScaleOutcome(previous, replicas, wrote=True, conflicts=conflicts)
+
+        return self._retrying(f"scale deployment {where}", attempt)
 
     def _autoscalers_of(self, workload: Workload) -> list[dict]:
         """The HorizontalPodAutoscalers whose scaleTargetRef is the pool's Deployment (KEDA's own included).
@@ -366,79 +376,67 @@ class KubernetesDriver:
         if replicas < 1:
             raise DriverError(f"a HorizontalPodAutoscaler keeps at least 1 replica; {replicas} asked for "
                               f"Deployment {where}", permanent=True)
-        conflicts = 0
-        while True:
-            try:
-                running = self._running(workload, premise)
-                hpa = self._the_autoscaler(workload)
-                name, maximum = hpa["metadata"]["name"], int(hpa["spec"].get("maxReplicas") or 0)
-                if _floor_in_place(premise, _min_replicas(hpa), replicas):
-                    return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
-                if replicas > maximum:
-                    raise DriverError(f"HorizontalPodAutoscaler {workload.namespace}/{name} allows at most {maximum} "
-                                      f"replicas; {replicas} asked", permanent=True)
-                body = {"metadata": {"resourceVersion": hpa["metadata"].get("resourceVersion")},
-                        "spec": {"minReplicas": replicas}}
-                self._autoscaling.patch_namespaced_horizontal_pod_autoscaler(
-                    name, workload.namespace, body,
-                    _content_type=MERGE_PATCH, _request_timeout=self._timeout, _preload_content=False,
-                )
-                return ScaleOutcome(running, replicas, wrote=True, conflicts=conflicts)
-            except ApiException as exc:
-                if exc.status == 409 and conflicts < MAX_CONFLICT_RETRIES:
-                    conflicts += 1
-                    continue
-                raise _driver_error(f"scale HorizontalPodAutoscaler of {where}", exc) from None
-            except (HTTPError, OSError, ValueError, netguard.OutboundRefused) as exc:
-                raise _driver_error(f"scale HorizontalPodAutoscaler of {where}", exc) from None
+
+        def attempt(conflicts: int) -> ScaleOutcome:
+            running = self._running(workload, premise)
+            hpa = self._the_autoscaler(workload)
+            name, maximum = hpa["metadata"]["name"], int(hpa["spec"].get("maxReplicas") or 0)
+            if _floor_in_place(premise, _min_replicas(hpa), replicas):
+                return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
+            if replicas > maximum:
+                raise DriverError(f"HorizontalPodAutoscaler {workload.namespace}/{name} allows at most {maximum} "
+                                  f"replicas; {replicas} asked", permanent=True)
+            body = {"metadata": {"resourceVersion": hpa["metadata"].get("resourceVersion")},
+                    "spec": {"minReplicas": replicas}}
+            self._autoscaling.patch_namespaced_horizontal_pod_autoscaler(
+                name, workload.namespace, body,
+                _content_type=MERGE_PATCH, _request_timeout=self._timeout, _preload_content=False,
+            )
+            return ScaleOutcome(running, replicas, wrote=True, conflicts=conflicts)
+
+        return self._retrying(f"scale HorizontalPodAutoscaler of {where}", attempt)
 
     def _scale_keda(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
         group, version, plural = KEDA
         where = f"{workload.namespace}/{workload.scaled_object}"
-        conflicts = 0
-        while True:
-            try:
-                running = self._running(workload, premise)
-                scaled = self._custom.get_namespaced_custom_object(
-                    group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
+
+        def attempt(conflicts: int) -> ScaleOutcome:
+            running = self._running(workload, premise)
+            scaled = self._custom.get_namespaced_custom_object(
+                group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
+            )
+            # A paused ScaledObject neither follows minReplicaCount nor scales (KEDA removes its HPA).
+            annotations = (scaled.get("metadata") or {}).get("annotations") or {}
+            pinned = annotations.get("autoscaling.keda.sh/paused-replicas")
+            paused = str(annotations.get("autoscaling.keda.sh/paused", "")).lower() == "true"
+            if pinned is not None or paused:
+                annotation = (f"autoscaling.keda.sh/paused-replicas={pinned}" if pinned is not None
+                              else "autoscaling.keda.sh/paused=true")
+                raise DriverError(f"ScaledObject {where} is paused ({annotation}): Headroom's floor would do "
+                                  "nothing; remove the annotation to let it scale", permanent=True)
+            spec = scaled.get("spec", {})
+            # A ScaledObject scales what its scaleTargetRef names (a Deployment unless it says otherwise): one
+            # that names another Deployment is not this pool's, whoever made it or repointed it.
+            target = spec.get("scaleTargetRef") or {}
+            if target.get("name") != workload.deployment or target.get("kind", "Deployment") != "Deployment":
+                raise DriverError(f"ScaledObject {where} scales {target.get('kind', 'Deployment')} "
+                                  f"{target.get('name')!r}, not this pool's Deployment {workload.deployment!r}: "
+                                  "nothing written", permanent=True)
+            if _floor_in_place(premise, int(spec.get("minReplicaCount", 0)), replicas):
+                return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
+            maximum = spec.get("maxReplicaCount")
+            if maximum is not None and replicas > int(maximum):
+                raise DriverError(
+                    f"ScaledObject {where} allows at most {maximum} replicas; {replicas} asked", permanent=True
                 )
-                # A paused ScaledObject neither follows minReplicaCount nor scales (KEDA removes its HPA).
-                annotations = (scaled.get("metadata") or {}).get("annotations") or {}
-                pinned = annotations.get("autoscaling.keda.sh/paused-replicas")
-                paused = str(annotations.get("autoscaling.keda.sh/paused", "")).lower() == "true"
-                if pinned is not None or paused:
-                    annotation = (f"autoscaling.keda.sh/paused-replicas={pinned}" if pinned is not None
-                                  else "autoscaling.keda.sh/paused=true")
-                    raise DriverError(f"ScaledObject {where} is paused ({annotation}): Headroom's floor would do "
-                                      "nothing; remove the annotation to let it scale", permanent=True)
-                spec = scaled.get("spec", {})
-                # A ScaledObject scales what its scaleTargetRef names (a Deployment unless it says otherwise): one
-                # that names another Deployment is not this pool's, whoever made it or repointed it.
-                target = spec.get("scaleTargetRef") or {}
-                if target.get("name") != workload.deployment or target.get("kind", "Deployment") != "Deployment":
-                    raise DriverError(f"ScaledObject {where} scales {target.get('kind', 'Deployment')} "
-                                      f"{target.get('name')!r}, not this pool's Deployment {workload.deployment!r}: "
-                                      "nothing written", permanent=True)
-                if _floor_in_place(premise, int(spec.get("minReplicaCount", 0)), replicas):
-                    return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
-                maximum = spec.get("maxReplicaCount")
-                if maximum is not None and replicas > int(maximum):
-                    raise DriverError(
-                        f"ScaledObject {where} allows at most {maximum} replicas; {replicas} asked", permanent=True
-                    )
-                body = {
-                    "metadata": {"resourceVersion": scaled["metadata"]["resourceVersion"]},
-                    "spec": {"minReplicaCount": replicas},
-                }
-                self._custom.patch_namespaced_custom_object(
-                    group, version, workload.namespace, plural, workload.scaled_object, body,
-                    _content_type=MERGE_PATCH, _request_timeout=self._timeout,
-                )
-                return ScaleOutcome(running, replicas, wrote=True, conflicts=conflicts)
-            except ApiException as exc:
-                if exc.status == 409 and conflicts < MAX_CONFLICT_RETRIES:
-                    conflicts += 1
-                    continue
-                raise _driver_error(f"scale ScaledObject {where}", exc) from None
-            except (HTTPError, OSError, netguard.OutboundRefused) as exc:
-                raise _driver_error(f"scale ScaledObject {where}", exc) from None
+            body = {
+                "metadata": {"resourceVersion": scaled["metadata"]["resourceVersion"]},
+                "spec": {"minReplicaCount": replicas},
+            }
+            self._custom.patch_namespaced_custom_object(
+                group, version, workload.namespace, plural, workload.scaled_object, body,
+                _content_type=MERGE_PATCH, _request_timeout=self._timeout,
+            )
+            return ScaleOutcome(running, replicas, wrote=True, conflicts=conflicts)
+
+        return self._retrying(f"scale ScaledObject {where}", attempt)
