@@ -564,24 +564,43 @@ def _nothing_written(proposal: Proposal) -> str:
     return "nothing written"
 
 
-def _record_intent(proposal: Proposal, now: datetime) -> None:
-    """Committed before the call: a write that lands while the worker dies is still on record."""
+def _record_intent(proposal: Proposal, now: datetime, generation: int | None) -> None:
+    """Committed before the call: a write that lands while the worker dies is still on record, with the
+    generation of the object it writes as read just before (see `_earlier_generation`)."""
     auto = core.Actor(None, Channel.AUTO)
     with transaction.atomic():
         _note(proposal, f"writing {proposal.target_replicas} replicas (attempt {proposal.attempts})",
-              attempt=proposal.attempts, target=proposal.target_replicas, decided_from=proposal.current_replicas)
+              attempt=proposal.attempts, target=proposal.target_replicas, decided_from=proposal.current_replicas,
+              generation=generation)
         core.record(auto, "scale-intent", proposal, after={
             "target": proposal.target_replicas, "decided_from": proposal.current_replicas, "attempt": proposal.attempts,
-            "at": now.isoformat()}, team=proposal.pool.team)
+            "generation": generation, "at": now.isoformat()}, team=proposal.pool.team)
+
+
+def _earlier_generation(proposal: Proposal) -> int | None:
+    """The generation an earlier attempt of this proposal read before its write (None on a first attempt).
+
+    An attempt that is resumed or retried never learnt whether the earlier write landed. Finding the count it
+    was decided from, it cannot tell "never written" from "written and set back by a person"; a generation
+    moved since says the object was changed, and the write is not made again (ScalePremise.undone)."""
+    earlier = ProposalEvent.objects.filter(proposal=proposal, data__has_key="generation",
+                                           data__attempt__lt=proposal.attempts).order_by("-pk").first()
+    return earlier.data["generation"] if earlier else None
 
 
 def apply_change(proposal: Proposal, driver: ClusterDriver, now: datetime | None = None) -> Proposal:
     """Write the target replicas if the premise still holds (idempotent: a write already made is not repeated)."""
     now = now or timezone.now()
-    _record_intent(proposal, now)
-    premise = ScalePremise(decided_from=proposal.current_replicas, target=proposal.target_replicas)
+    workload = written_workload(proposal)
     try:
-        outcome = driver.scale(written_workload(proposal), proposal.target_replicas, premise)
+        generation = driver.generation(workload)
+    except Exception as exc:  # noqa: BLE001 - as a failed write: nothing was written
+        return _record_failure(proposal, exc, now)
+    _record_intent(proposal, now, generation)
+    premise = ScalePremise(decided_from=proposal.current_replicas, target=proposal.target_replicas,
+                           earlier_generation=_earlier_generation(proposal))
+    try:
+        outcome = driver.scale(workload, proposal.target_replicas, premise)
     except PremiseChanged as exc:
         return _record_stale(proposal, exc, now)
     except Exception as exc:  # noqa: BLE001 - whatever broke, it is recorded and counted as an attempt

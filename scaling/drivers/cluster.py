@@ -56,6 +56,21 @@ class ScalePremise:
 
     decided_from: int
     target: int
+    # On a resumed attempt: the generation of the written object (Deployment, HPA or ScaledObject) that an
+    # earlier attempt read just before a write whose answer never came (its worker died, the call broke).
+    earlier_generation: int | None = None
+
+    def undone(self, generation: int | None, holds: int) -> str | None:
+        """Why a resumed attempt must not write onto an object that `holds` this count at `generation` (None: it
+        may). A replica count cannot tell a write that never landed from one that landed and was undone by
+        someone; the object's generation, which every change to its spec bumps, can."""
+        if self.earlier_generation is None or generation is None or holds == self.target:
+            return None
+        if generation == self.earlier_generation:
+            return None  # nothing changed its spec since: the earlier write did not land
+        return (f"its spec changed since an earlier attempt read it (generation {self.earlier_generation} → "
+                f"{generation}) and it holds {holds}, not {self.target}: that attempt's write may have landed "
+                "and been undone by someone, so it is not written again")
 
     def refusal(self, live: int) -> str | None:
         """Why writing the target onto `live` replicas would not be the approved change (None: it would)."""
@@ -122,9 +137,15 @@ class PremiseChanged(DriverError):
 class ClusterDriver(Protocol):
     def status(self, workload: Workload) -> ReplicaStatus: ...
 
+    def generation(self, workload: Workload) -> int | None:
+        """The metadata.generation of the object `scale` writes (the Deployment, its HPA or its ScaledObject),
+        read before a write's intent is recorded: every change to that object's spec bumps it."""
+        ...
+
     def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
         """Set the replicas; with a premise, re-check it on every read (also after each 409) and raise
-        PremiseChanged instead of writing when the live count no longer fits it."""
+        PremiseChanged instead of writing when the live count no longer fits it, or when a resumed attempt
+        finds the object changed since an earlier attempt's write (`ScalePremise.undone`)."""
         ...
 
     def added_pods_ready_at(self, workload: Workload, since: datetime, count: int) -> datetime | None:

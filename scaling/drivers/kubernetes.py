@@ -47,6 +47,12 @@ def _check(premise: ScalePremise | None, live: int) -> None:
         raise PremiseChanged(live, refusal)
 
 
+def _check_undone(premise: ScalePremise | None, generation: int | None, holds: int) -> None:
+    refusal = premise.undone(generation, holds) if premise is not None else None
+    if refusal is not None:
+        raise PremiseChanged(holds, refusal)
+
+
 def _floor_in_place(premise: ScalePremise | None, floor: int, replicas: int) -> bool:
     """Whether an autoscaler's floor needs no write: it is at the target, or someone moved it past the target the
     way the change goes (raised above a scale-up's, lowered below a scale-down's) before its autoscaler synced.
@@ -275,6 +281,21 @@ class KubernetesDriver:
             return self._scale_hpa(workload, replicas, premise)
         return self._scale_deployment(workload, replicas, premise)
 
+    def generation(self, workload: Workload) -> int | None:
+        try:
+            if workload.scaled_object:
+                group, version, plural = KEDA
+                scaled = self._custom.get_namespaced_custom_object(
+                    group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout)
+                return (scaled.get("metadata") or {}).get("generation")
+            if workload.hpa:
+                return self._the_autoscaler(workload)["metadata"].get("generation")
+            return self._apps.read_namespaced_deployment(
+                workload.deployment, workload.namespace, _request_timeout=self._timeout).metadata.generation
+        except (ApiException, HTTPError, OSError, ValueError, netguard.OutboundRefused) as exc:
+            raise _driver_error(f"read the generation of what scales {workload.namespace}/{workload.deployment}",
+                                exc) from None
+
     def _retrying(self, action: str, attempt: Callable[[int], ScaleOutcome]) -> ScaleOutcome:
         """Run one read-check-write `attempt` (given the conflicts so far); on 409 someone wrote in between, so it
         runs again from a fresh read, up to MAX_CONFLICT_RETRIES times. Other failures are the driver's errors."""
@@ -294,15 +315,18 @@ class KubernetesDriver:
         where = f"{workload.namespace}/{workload.deployment}"
 
         def attempt(conflicts: int) -> ScaleOutcome:
-            scale = self._apps.read_namespaced_deployment_scale(
+            # The Deployment itself, not its /scale view: that view has no generation. They share a resourceVersion.
+            deployment = self._apps.read_namespaced_deployment(
                 workload.deployment, workload.namespace, _request_timeout=self._timeout
             )
-            previous = scale.spec.replicas or 0
+            previous = deployment.spec.replicas or 0
             _check(premise, previous)
             if previous == replicas:
                 return ScaleOutcome(previous, replicas, wrote=False, conflicts=conflicts)
+            _check_undone(premise, deployment.metadata.generation, previous)
             self._refuse_if_autoscaled(workload)
-            body = {"metadata": {"resourceVersion": scale.metadata.resource_version}, "spec": {"replicas": replicas}}
+            body = {"metadata": {"resourceVersion": deployment.metadata.resource_version},
+                    "spec": {"replicas": replicas}}
             self._apps.patch_namespaced_deployment_scale(
                 workload.deployment, workload.namespace, body,
                 _content_type=MERGE_PATCH, _request_timeout=self._timeout,
@@ -383,6 +407,7 @@ class KubernetesDriver:
             name, maximum = hpa["metadata"]["name"], int(hpa["spec"].get("maxReplicas") or 0)
             if _floor_in_place(premise, _min_replicas(hpa), replicas):
                 return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
+            _check_undone(premise, hpa["metadata"].get("generation"), _min_replicas(hpa))
             if replicas > maximum:
                 raise DriverError(f"HorizontalPodAutoscaler {workload.namespace}/{name} allows at most {maximum} "
                                   f"replicas; {replicas} asked", permanent=True)
@@ -422,8 +447,10 @@ class KubernetesDriver:
                 raise DriverError(f"ScaledObject {where} scales {target.get('kind', 'Deployment')} "
                                   f"{target.get('name')!r}, not this pool's Deployment {workload.deployment!r}: "
                                   "nothing written", permanent=True)
-            if _floor_in_place(premise, int(spec.get("minReplicaCount", 0)), replicas):
+            floor = int(spec.get("minReplicaCount", 0))
+            if _floor_in_place(premise, floor, replicas):
                 return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
+            _check_undone(premise, scaled["metadata"].get("generation"), floor)
             maximum = spec.get("maxReplicaCount")
             if maximum is not None and replicas > int(maximum):
                 raise DriverError(

@@ -75,6 +75,24 @@ def test_the_premise_allows_only_the_approved_direction(case: str, decided_from:
     assert (ScalePremise(decided_from, target).refusal(live) is None) == writes, case
 
 
+@pytest.mark.parametrize(
+    ("case", "earlier", "generation", "holds", "writes"),
+    [
+        ("a first attempt", None, 9, 1, True),
+        ("resumed, nothing changed since the earlier read", 4, 4, 1, True),
+        ("resumed, the earlier write landed and stands", 4, 5, 3, True),
+        ("resumed, the earlier write landed and was undone", 4, 6, 1, False),
+        ("resumed, someone else changed the spec", 4, 5, 1, False),
+        ("resumed, the object's generation unknown", 4, None, 1, True),
+    ],
+)
+def test_a_resumed_attempt_writes_only_onto_an_unchanged_spec(case: str, earlier: int | None,
+                                                             generation: int | None, holds: int,
+                                                             writes: bool) -> None:
+    premise = ScalePremise(decided_from=1, target=3, earlier_generation=earlier)
+    assert (premise.undone(generation, holds) is None) == writes, case
+
+
 def test_an_approved_scale_up_is_refused_as_stale_when_someone_scaled_past_it(
         kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:
     proposal = _approved(kube_pool, current=1, target=3, proposer=alice, approver=bob)
@@ -185,6 +203,9 @@ def test_an_approval_whose_task_was_lost_is_picked_up_by_the_sweep(kube_pool: Po
 
 class _BrokenDriver:
     """A driver with a bug: not a DriverError, an arbitrary exception."""
+
+    def generation(self, workload: Workload) -> int | None:
+        return 1
 
     def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
         raise KeyError("spec")
@@ -328,6 +349,9 @@ class _DiesAfterWriting:
 
     def __init__(self, url: str) -> None:
         self.real = KubernetesDriver(url)
+
+    def generation(self, workload: Workload) -> int | None:
+        return self.real.generation(workload)
 
     def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
         self.real.scale(workload, replicas, premise)

@@ -107,7 +107,7 @@ def test_a_resumed_execution_whose_write_landed_writes_nothing_again(kube_pool: 
     pool = _hpa_pool(kube_pool, kube)
     proposal = approved(pool, 3, alice, bob)
     claimed = services.claim_execution(proposal.pk)
-    services._record_intent(claimed, timezone.now())
+    services._record_intent(claimed, timezone.now(), KubernetesDriver(kube.url).generation(services.workload_of(pool)))
     # Worker 1's write lands, then the worker dies before recording it.
     KubernetesDriver(kube.url).scale(services.workload_of(pool), 3,
                                      services.ScalePremise(decided_from=1, target=3))
