@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -45,6 +46,17 @@ def env_int(name: str, default: int, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def env_url(name: str, default: str, schemes: tuple[str, ...]) -> str:
+    """A URL with one of `schemes` and a host, checked at start-up rather than at its first use (a link in a
+    page, a task sent to the broker), where the mistake would surface far from its cause."""
+    raw = env_str(name, default)
+    parsed = urlsplit(raw)
+    if parsed.scheme not in schemes or not parsed.hostname:
+        raise ImproperlyConfigured(f"{name} must be a {' or '.join(s + '://' for s in schemes)} URL with a host, "
+                                   f"got {raw!r}")
+    return raw
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
@@ -262,7 +274,7 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", 
           else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Redis is the Celery broker in production; the embedded demo runs tasks without it.
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", ("redis", "rediss"))
 CELERY_ENABLED = env_bool("CELERY_ENABLED", False)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in-process
@@ -303,7 +315,7 @@ if SLACK_ENABLED and not SLACK_SIGNING_SECRET:
     raise ImproperlyConfigured("SLACK_ENABLED is on but SLACK_SIGNING_SECRET is empty.")
 WEBHOOKS_ENABLED = env_bool("WEBHOOKS_ENABLED", False)
 # Where people reach Headroom: links in Slack messages and webhook payloads.
-SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
+SITE_URL = env_url("SITE_URL", "http://127.0.0.1:8000", ("http", "https"))
 # Outbound notifications (Slack, webhooks) may reach only public addresses; these networks are the
 # admin's exceptions (e.g. an internal PagerDuty relay). Checked when each connection is made.
 OUTBOUND_ALLOWED_NETWORKS = env_networks("OUTBOUND_ALLOWED_NETWORKS", [])

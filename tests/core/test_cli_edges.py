@@ -58,6 +58,9 @@ def test_other_database_errors_keep_their_traceback(tmp_path: Path) -> None:
     ("LOG_LEVEL", "loud", "LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got 'LOUD'"),
     ("DATABASE_CONN_MAX_AGE", "abc", "DATABASE_CONN_MAX_AGE must be an integer, got 'abc'"),  # not the URL's fault
     ("SLACK_ENABLED", "maybe", "SLACK_ENABLED must be a boolean (true/false, 1/0, yes/no, on/off), got 'maybe'"),
+    ("SITE_URL", "headroom.example.com", "SITE_URL must be a http:// or https:// URL with a host, "
+                                         "got 'headroom.example.com'"),
+    ("REDIS_URL", "127.0.0.1:6379", "REDIS_URL must be a redis:// or rediss:// URL with a host, got '127.0.0.1:6379'"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(tmp_path: Path, setting: str, value: str, message: str) -> None:
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DEBUG": "1", "SECRET_KEY": "x",
