@@ -66,7 +66,7 @@ class SilenceAdmin(admin.ModelAdmin):
 class IncidentAdmin(admin.ModelAdmin):
     """For inspection: states change through incidents/incidents.py (the page, the API, Slack)."""
 
-    list_display = ["id", "severity", "state", "pool", "cluster", "commander", "opened_at", "resolved_at"]
+    list_display = ["id", "severity", "state", "pool", "pool_name", "cluster", "commander", "opened_at", "resolved_at"]
     list_filter = ["state", "severity", "team"]
-    readonly_fields = ["team", "cluster", "pool", "severity", "state", "commander", "opened_at", "acknowledged_at",
+    readonly_fields = ["team", "cluster", "pool", "pool_name", "severity", "state", "commander", "opened_at", "acknowledged_at",
                        "mitigated_at", "resolved_at", "resolve_suggested_at"]

@@ -24,3 +24,5 @@ class IncidentsConfig(AppConfig):
         post_save.connect(_dispatch_after_commit, sender="scaling.ProposalEvent", dispatch_uid="incidents-outbox")
         pre_delete.connect(services.refuse_deleting_a_pool_in_trouble, sender="controlplane.Pool",
                            dispatch_uid="incidents-refuse-deleting-a-pool-in-trouble")
+        pre_delete.connect(services.keep_the_pool_name_on_its_incidents, sender="controlplane.Pool",
+                           dispatch_uid="incidents-keep-the-pool-name-on-its-incidents")

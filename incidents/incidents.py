@@ -1,6 +1,7 @@
 """Incident workflows: P0/P1 alerts open or join an incident, people acknowledge, mitigate and resolve it.
 
-An incident belongs to one pool (or, for the loop's heartbeat, to a cluster: a system incident). The
+An incident belongs to one pool (or, for the loop's heartbeat, to a cluster: a system incident), and keeps
+the pool's name should the pool be deleted (`Incident.pool_name`: a system incident has none). The
 alert workflow (incidents/alerts.py) calls `on_alert_firing` and `on_alert_resolved` inside its own
 transaction; the browser, the API and Slack call `acknowledge`, `mitigate`, `resolve` and `add_note`.
 Each transition locks the incident row, re-checks its state, and writes an IncidentEvent and an audit
@@ -29,6 +30,8 @@ from incidents.choices import (
     IncidentState,
 )
 from incidents.models import Alert, Incident, IncidentEvent
+from scaling import report_service
+from scaling.models import WarmPoolReport
 
 AUTO = core.Actor(user=None, channel=ActorChannel.AUTO)
 ACTIVE = sorted(ACTIVE_INCIDENT_STATES)
@@ -83,7 +86,7 @@ def _title(alert: Alert) -> str:
 
 
 def _active_for(alert: Alert) -> Incident | None:
-    scope = {"pool": alert.pool} if alert.pool_id else {"cluster": alert.cluster, "pool__isnull": True}
+    scope = {"pool": alert.pool} if alert.pool_id else {"cluster": alert.cluster, "pool__isnull": True, "pool_name": ""}
     return Incident.objects.select_for_update().filter(state__in=ACTIVE, **scope).first()
 
 
@@ -100,6 +103,7 @@ def on_alert_firing(alert: Alert, now: datetime) -> Incident | None:
         try:
             with transaction.atomic():
                 incident = Incident.objects.create(team=alert.team, cluster=alert.cluster, pool=alert.pool,
+                                                   pool_name=alert.pool.name if alert.pool_id else "",
                                                    title=_title(alert), severity=alert.tier, opened_at=now)
                 _event(incident, IncidentEventKind.OPENED, AUTO, now, alert=alert, to_tier=alert.tier,
                        text=f"{alert.tier} {alert.rule}: {alert.summary}")
@@ -240,5 +244,14 @@ def close_drill(incident_id: int, text: str, now: datetime | None = None) -> Non
         core.record(AUTO, IncidentState.RESOLVED, incident, before=before, team=incident.team)
 
 
+def request_what_if(incident: Incident, actor: core.Actor, **options: Any) -> WarmPoolReport:
+    """Replay the incident's window (`report_service.request_what_if`). That service reads an incident without a
+    pool as a system incident; a deleted pool's incident is refused here first, saying what happened."""
+    if incident.pool_deleted:
+        raise report_service.ReportRequestError(
+            f"pool {incident.pool_name} has been deleted, its samples with it: there is nothing to replay", "incident")
+    return report_service.request_what_if(incident, actor, **options)
+
+
 __all__ = ["IncidentConflict", "IncidentError", "InvalidIncidentInput", "Transition", "acknowledge", "add_note", "close_drill",
-           "mitigate", "on_alert_firing", "on_alert_resolved", "resolve"]
+           "mitigate", "on_alert_firing", "on_alert_resolved", "request_what_if", "resolve"]

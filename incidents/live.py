@@ -136,9 +136,14 @@ def _readings_now(memory: PlannerMemory | None) -> list[tuple[str, str]]:
 
 
 def live_view(incident: Incident, entries: list[Entry], now: datetime | None = None) -> LiveView:
-    """Charts, verdict and readings for an incident; a system incident (no pool) has no pool charts."""
+    """Charts, verdict and readings for an incident; a system incident (no pool) has no pool charts, nor has the
+    incident of a deleted pool (its samples went with it)."""
     now = now or timezone.now()
     view = LiveView()
+    if incident.pool_deleted:
+        view.verdict = Verdict("unknown", f"Pool {incident.pool_name} has been deleted, and its signals, alerts and "
+                                          "proposals with it: what is left is the incident's own timeline below.")
+        return view
     if not incident.pool_id:
         view.verdict = Verdict("unknown", "A system incident: the control loop itself stopped. See its alerts below.")
         return view

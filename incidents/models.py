@@ -2,6 +2,8 @@
 their events, silences, the per-tick SLO observations burn rates are computed from; incidents and their events."""
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -272,6 +274,8 @@ class Incident(models.Model):
     firing alert to a person resolving it.
 
     At most one active incident per pool (per cluster for system incidents): later alerts join it.
+    A deleted pool's incidents stay, with its name (`pool_name`): postmortems are read for months. So an
+    empty `pool` alone does not make a system incident; `is_system` and `pool_deleted` tell them apart.
     Only incidents/incidents.py writes `state`, each time with an IncidentEvent and an audit record.
     """
 
@@ -280,8 +284,12 @@ class Incident(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="incidents")
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="incidents")
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="incidents",
-                             help_text="Empty for a system incident (the control loop of the cluster).")
+    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="incidents",
+                             help_text="Empty for a system incident (the control loop of the cluster), and once "
+                                       "the pool is deleted.")
+    pool_name = models.CharField(max_length=63, blank=True,
+                                 help_text="The pool's name, kept after the pool is deleted; empty only for a "
+                                           "system incident.")
     title = models.CharField(max_length=200)
     severity = models.CharField(max_length=2, choices=AlertTier.choices, help_text="The highest tier of its alerts.")
     state = models.CharField(max_length=16, choices=IncidentState.choices, default=IncidentState.OPEN)
@@ -302,21 +310,43 @@ class Incident(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["pool"], condition=Q(state__in=sorted(ACTIVE_INCIDENT_STATES), pool__isnull=False),
                                     name="incident_one_active_per_pool"),
-            models.UniqueConstraint(fields=["cluster"], condition=Q(state__in=sorted(ACTIVE_INCIDENT_STATES), pool__isnull=True),
+            # A deleted pool's incident has no pool either, but keeps its name: it is never a system incident.
+            models.UniqueConstraint(fields=["cluster"], condition=Q(state__in=sorted(ACTIVE_INCIDENT_STATES), pool__isnull=True,
+                                                                    pool_name=""),
                                     name="incident_one_active_system_per_cluster"),
         ]
         indexes = [models.Index(fields=["state", "opened_at"])]
 
     def __str__(self) -> str:
-        return f"incident #{self.pk} {self.severity} {self.pool or self.cluster} ({self.state})"
+        where = self.scope if self.pool_deleted else self.pool or self.cluster
+        return f"incident #{self.pk} {self.severity} {where} ({self.state})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pool_id and not self.pool_name:  # every incident of a pool names it, whoever creates it
+            self.pool_name = self.pool.name
+        super().save(*args, **kwargs)
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_INCIDENT_STATES
 
     @property
+    def is_system(self) -> bool:
+        """The control loop of a cluster: no pool, and never had one."""
+        return self.pool_id is None and not self.pool_name
+
+    @property
+    def pool_deleted(self) -> bool:
+        """Opened on a pool that has since been deleted: its name is all that is left of it."""
+        return self.pool_id is None and bool(self.pool_name)
+
+    @property
     def scope(self) -> str:
-        return str(self.pool) if self.pool_id else f"{self.cluster.name} (control loop)"
+        if self.pool_id:
+            return str(self.pool)
+        if self.pool_name:
+            return f"{self.cluster.name}/{self.pool_name} (deleted)"
+        return f"{self.cluster.name} (control loop)"
 
     @property
     def is_drill(self) -> bool:

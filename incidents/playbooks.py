@@ -147,9 +147,13 @@ def prescale_target(pool: Pool, buffer: float) -> tuple[int, int]:
     return current, min(pool.max_replicas, math.ceil(warm * (1 + buffer) - 1e-9))
 
 
+def _no_pool(incident: Incident) -> str:
+    return f"pool {incident.pool_name} has been deleted" if incident.pool_deleted else "this is a system incident"
+
+
 def _start_prescale(step: PlaybookRunStep, incident: Incident, actor: core.Actor, now: datetime) -> None:
     if incident.pool is None:
-        raise InvalidPlaybook("step", "A pre-scale needs the incident's pool; this is a system incident.")
+        raise InvalidPlaybook("step", f"A pre-scale needs the incident's pool; {_no_pool(incident)}.")
     current, target = prescale_target(incident.pool, step.params.get("buffer", 0.5))
     if target <= current:
         raise InvalidPlaybook("step", f"{incident.pool} already runs {current} replicas, its maximum "
@@ -204,7 +208,7 @@ def _parse_shift(params: dict[str, Any], team: Team) -> dict[str, Any]:
 
 def _start_shift(step: PlaybookRunStep, incident: Incident, actor: core.Actor, now: datetime) -> None:
     if incident.pool is None:
-        raise InvalidPlaybook("step", "A shift needs the incident's pool; this is a system incident.")
+        raise InvalidPlaybook("step", f"A shift needs the incident's pool; {_no_pool(incident)}.")
     to_pool = Pool.objects.select_related("cluster", "team").filter(
         team=incident.team, cluster=incident.cluster, name=step.params["to_pool"]).first()
     if to_pool is None:

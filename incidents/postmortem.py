@@ -65,8 +65,15 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _no_pool(incident: Incident, system: str) -> list[str]:
+    """What a section says when the incident has no pool: a system incident's reason, or the pool was deleted."""
+    if incident.pool_deleted:
+        return [f"Unknown: pool {incident.pool_name} has been deleted, and its records with it."]
+    return [system]
+
+
 def _summary(incident: Incident, end: datetime) -> list[str]:
-    scope = f"pool **{incident.pool}**" if incident.pool_id else f"the control loop of cluster **{incident.cluster.name}**"
+    scope = f"the control loop of cluster **{incident.cluster.name}**" if incident.is_system else f"pool **{incident.scope}**"
     commander = incident.commander.get_username() if incident.commander else "nobody"
     lines = [
         f"{incident.severity} incident on {scope}: {incident.title}.",
@@ -82,12 +89,15 @@ def _summary(incident: Incident, end: datetime) -> list[str]:
     alerts = list(incident.alerts.order_by("started_at"))
     if alerts:
         lines.append("- Alerts: " + "; ".join(f"#{a.pk} {a.tier} {a.rule} ({a.state})" for a in alerts))
+    elif incident.pool_deleted:
+        lines.append("- Alerts: deleted with the pool; the timeline keeps what each said when it opened or joined "
+                     "the incident.")
     return lines
 
 
 def _impact(incident: Incident, end: datetime) -> list[str]:
     if not incident.pool_id:
-        return ["No pool: a system incident has no per-pool SLO impact."]
+        return _no_pool(incident, "No pool: a system incident has no per-pool SLO impact.")
     start = min([incident.opened_at] + [a.started_at for a in incident.alerts.all()])
     samples = list(SignalSample.objects.filter(pool_id=incident.pool_id, at__gte=start, at__lte=end).order_by("at"))
     if not samples:
@@ -127,7 +137,7 @@ def _impact(incident: Incident, end: datetime) -> list[str]:
 def _what_if(incident: Incident) -> list[str]:
     """The replay of the incident's window at other warm-pool settings (scaling/report_service.request_what_if)."""
     if not incident.pool_id:
-        return ["None: a system incident has no pool to replay."]
+        return _no_pool(incident, "None: a system incident has no pool to replay.")
     report = incident.what_if
     if report is None:
         return ["Not replayed: start it from the incident page (What if) or with "
@@ -161,7 +171,7 @@ def _timeline(entries: Sequence[Entry]) -> list[str]:
 
 def _decisions(incident: Incident, start: datetime, end: datetime) -> list[str]:
     if not incident.pool_id:
-        return ["None: a system incident has no pool to scale."]
+        return _no_pool(incident, "None: a system incident has no pool to scale.")
     proposals = Proposal.objects.filter(pool_id=incident.pool_id, created_at__gte=start, created_at__lte=end) \
         .select_related("requested_by", "decided_by").order_by("created_at")
     lines = []

@@ -5,8 +5,9 @@ DispatchedEvent marks it) in one transaction; `deliver` sends one notification o
 transaction and records the outcome; nothing is lost when a receiver or a worker is down, because the
 rows stay pending until a later sweep delivers them.
 
-A pool with an open incident is not deleted (`refuse_deleting_a_pool_in_trouble`): the cascade would erase
-what the on-call is working on.
+A pool with an open incident is not deleted (`refuse_deleting_a_pool_in_trouble`): its alerts, proposals and
+charts would go from under the on-call. A deleted pool's resolved incidents stay, with its name
+(`keep_the_pool_name_on_its_incidents`).
 """
 from __future__ import annotations
 
@@ -409,12 +410,19 @@ class PoolInTrouble(ServiceError, ProtectedError):
 
 
 def refuse_deleting_a_pool_in_trouble(sender: type, instance: Pool, **kwargs: Any) -> None:
-    """`pre_delete` of a pool: refused while it has an open (or acknowledged, or mitigated) incident, which the
-    cascade would erase with its timeline while the on-call works in it. Alerts alone do not hold a pool: one
-    being taken down reads no signals and fires its staleness alert, and could then never be deleted."""
+    """`pre_delete` of a pool: refused while it has an open (or acknowledged, or mitigated) incident, whose alerts,
+    proposals and charts would go with the pool while the on-call works in it. Alerts alone do not hold a pool:
+    one being taken down reads no signals and fires its staleness alert, and could then never be deleted."""
     incidents = list(Incident.objects.filter(pool=instance, state__in=sorted(ACTIVE_INCIDENT_STATES)).order_by("pk"))
     if not incidents:
         return
     named = ", ".join(f"incident #{incident.pk} ({incident.severity}, {incident.state})" for incident in incidents)
-    raise PoolInTrouble(f"Pool {instance} has {named}: resolve it first. Deleted now, it would go with the pool, "
-                        "its timeline with it.", incidents)
+    raise PoolInTrouble(f"Pool {instance} has {named}: resolve it first. Deleted now, its alerts, proposals and "
+                        "charts would go with the pool while the on-call works in it.", incidents)
+
+
+def keep_the_pool_name_on_its_incidents(sender: type, instance: Pool, **kwargs: Any) -> None:
+    """`pre_delete` of a pool (after the refusal above): its incidents stay, their `pool` emptied, and name it as it
+    was last called, so a postmortem read months later still says which pool it was, and no such incident reads
+    as a system incident (those have no pool name)."""
+    Incident.objects.filter(pool=instance).update(pool_name=instance.name)

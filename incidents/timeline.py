@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import capfirst
 
 from incidents.choices import NotificationState
 from incidents.models import AlertEvent, Incident, Notification, PlaybookRunStep
@@ -96,9 +97,11 @@ def _actor(name: str) -> str:
 def incident_events(incident: Incident, span: Window) -> Iterable[Entry]:
     url = reverse("incidents:incident-view", args=[incident.pk])
     for event in incident.events.select_related("alert"):
+        # A deleted pool's alerts went with it; its incident's events keep what each alert said (their text).
+        alert = f"alert #{event.alert_id}" if event.alert_id else "an alert since deleted"
         title = {
-            "opened": f"Incident opened ({incident.severity}) by alert #{event.alert_id}",
-            "alert_joined": f"Alert #{event.alert_id} joined the incident",
+            "opened": f"Incident opened ({incident.severity}) by {alert}",
+            "alert_joined": f"{capfirst(alert)} joined the incident",
             "acknowledged": f"Acknowledged by {_actor(event.actor_name)}",
             "mitigated": f"Marked mitigated by {_actor(event.actor_name)}",
             "resolved": f"Resolved by {_actor(event.actor_name)}",

@@ -105,11 +105,17 @@ class IncidentSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     commander = serializers.SlugRelatedField(slug_field="username", read_only=True)
     alerts = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    # `pool` is null for a system incident and for a deleted pool's: these two say which.
+    pool_deleted = serializers.BooleanField(read_only=True, help_text="Its pool has been deleted (`pool` is null, "
+                                                                      "`pool_name` names it); its alerts went with it.")
+    system = serializers.BooleanField(source="is_system", read_only=True,
+                                      help_text="A system incident: the control loop of `cluster`, never a pool.")
 
     class Meta:
         model = Incident
-        fields = ["id", "team", "cluster", "pool", "title", "severity", "state", "commander", "opened_at",
-                  "acknowledged_at", "mitigated_at", "resolved_at", "resolve_suggested_at", "alerts"]
+        fields = ["id", "team", "cluster", "pool", "pool_name", "pool_deleted", "system", "title", "severity", "state",
+                  "commander", "opened_at", "acknowledged_at", "mitigated_at", "resolved_at", "resolve_suggested_at",
+                  "alerts"]
         read_only_fields = fields
 
 

@@ -149,7 +149,8 @@ class IncidentFilter(ApiFilterSet):
 
     class Meta:
         model = Incident
-        fields = ["team", "cluster", "pool", "severity", "state", "commander"]
+        # `pool_name` also finds a deleted pool's incidents (their `pool` is null).
+        fields = ["team", "cluster", "pool", "pool_name", "severity", "state", "commander"]
 
     def filter_active(self, queryset, name: str, value: bool):  # noqa: ANN001, ANN201
         return queryset.filter(state__in=ACTIVE_INCIDENT_STATES) if value else queryset.exclude(state__in=ACTIVE_INCIDENT_STATES)
@@ -224,7 +225,7 @@ class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
         data = incoming.validated_data
         before = incident.what_if_id
         try:
-            report = report_service.request_what_if(
+            report = incidents.request_what_if(
                 incident, self.actor, sizes_pct=tuple(data.get("sizes_pct") or report_service.WHAT_IF_DEFAULT_SIZES_PCT),
                 peak_basis=data["peak_basis"])
         except report_service.ReportRequestError as exc:

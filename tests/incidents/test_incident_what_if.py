@@ -123,7 +123,7 @@ def test_the_api_asks_for_a_what_if_and_names_the_bad_field(incident: Incident, 
 
 
 def test_a_system_incident_has_nothing_to_replay(incident: Incident, alice: User) -> None:
-    Incident.objects.filter(pk=incident.pk).update(pool=None)
+    Incident.objects.filter(pk=incident.pk).update(pool=None, pool_name="")  # no pool, and never had one
     system = Incident.objects.get(pk=incident.pk)
     with pytest.raises(report_service.ReportRequestError) as error:
         report_service.request_what_if(system, core.Actor(alice, ActorChannel.API), enqueue=False)
