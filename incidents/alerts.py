@@ -33,7 +33,7 @@ from incidents.choices import ACTIVE_ALERT_STATES, ALERT_TRANSITIONS, AlertState
 from incidents.models import Alert, AlertEvent, Channel, Drill, HourlyRollup, Notification, Silence, SloSample
 from incidents.services import NotificationError, integration_enabled
 from scaling.choices import ProposalState
-from scaling.models import ColdStart, PlannerMemory, Proposal, SignalSample
+from scaling.models import ColdStart, PlannerMemory, PoolStatus, Proposal, SignalSample
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +196,8 @@ def pool_facts(pools: Sequence[Pool], now: datetime, errors: dict[str, str]) -> 
     cold = dict(Pool.objects.filter(pk__in=[p.pk for p in pools]).annotate(latest=Subquery(latest_cold))
                 .values_list("pk", "latest"))
     hours = hourly_history(pools, now)
+    refusals = dict(PoolStatus.objects.filter(pool__in=pools, scale_checked_at__isnull=False)
+                    .values_list("pool_id", "scale_refusal"))
     facts = {}
     for pool in pools:
         record = records[pool.pk]
@@ -211,6 +213,7 @@ def pool_facts(pools: Sequence[Pool], now: datetime, errors: dict[str, str]) -> 
             cold_start_latest_s=cold.get(pool.pk), cold_start_p95_s=pool.cold_start_p95_s,
             hours=hours.get(pool.pk, []), max_replicas=pool.max_replicas,
             capacity_per_replica_rps=decision.get("capacity_per_replica_rps") or pool.replica_capacity_rps,
+            scale_refusal=refusals.get(pool.pk),
         )
     return facts
 

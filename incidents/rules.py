@@ -64,6 +64,7 @@ QUEUE_GROWTH = Rule("queue_growth", P1, "Queue growing for 5 minutes", capacity=
 STALE = Rule("stale_signals", P1, "No fresh metrics for 90 s")
 HEARTBEAT = Rule("heartbeat", P0, "The control loop stopped ticking")
 COLD_START = Rule("cold_start_regression", P2, "Cold start well above the pool's p95")
+CANNOT_SCALE = Rule("cannot_scale", P2, "Headroom cannot scale the pool")
 # Over days (incidents/trends.py): a quarter hour of holding keeps an hour boundary from flapping them.
 CAPACITY_72H = Rule("capacity_72h", P2, "Capacity exhausted within 72 h at the forecast", for_s=15 * MINUTE)
 LATENCY_TREND = Rule("latency_trend", P3, "TTFT p95 trending up over days", for_s=15 * MINUTE)
@@ -112,6 +113,7 @@ BURN_FAST = BurnRule(Rule("slo_burn_fast", P0, "Fast error-budget burn", capacit
 BURN_SLOW = BurnRule(Rule("slo_burn_slow", P1, "Slow error-budget burn", capacity=True), 6 * HOUR, 30 * MINUTE, 6.0)
 BURN_RULES = (BURN_FAST, BURN_SLOW)
 RULES = {rule.key: rule for rule in (OUTAGE, TTFT_P99, ERRORS, TTFT_P95, QUEUE_GROWTH, STALE, HEARTBEAT, COLD_START,
+                                     CANNOT_SCALE,
                                      CAPACITY_72H, LATENCY_TREND, PEAK_GROWTH, CACHE_HIT,
                                      *(burn.rule for burn in BURN_RULES))}
 BURN_WINDOWS_S = sorted({w for b in BURN_RULES for w in (b.long_s, b.short_s)})
@@ -255,6 +257,7 @@ class PoolFacts:
     hours: Sequence[trends.Hour] = ()  # hourly means of the stored samples, up to 8 days back
     max_replicas: int | None = None
     capacity_per_replica_rps: float | None = None  # the planner's corrected (effective) capacity
+    scale_refusal: str | None = None  # why a write of its replicas would be refused ("": it would not; None: unchecked)
 
 
 def slo_observation(indicator: str, threshold: float, signals: Mapping[str, float | None]) -> tuple[float, float] | None:
@@ -366,6 +369,16 @@ def cold_start(facts: PoolFacts, limits: Thresholds) -> Verdict:
         return Verdict(COLD_START, labels, OK, f"last cold start {latest:.0f} s", numbers)
     return Verdict(COLD_START, labels, FIRING, f"last cold start took {latest:.0f} s against a p95 of {p95:.0f} s "
                    f"(alert above {bar:.0f} s): capacity arrives later than the planner expects", numbers)
+
+
+def cannot_scale(facts: PoolFacts) -> Verdict:
+    """The pool's scaling target would refuse a write: found before a surge needs one, with the fix."""
+    labels = _labels(facts, CANNOT_SCALE)
+    if facts.scale_refusal is None:
+        return Verdict(CANNOT_SCALE, labels, UNKNOWN)
+    if not facts.scale_refusal:
+        return Verdict(CANNOT_SCALE, labels, OK, "its scaling target takes writes")
+    return Verdict(CANNOT_SCALE, labels, FIRING, f"a change of its replicas would be refused: {facts.scale_refusal}")
 
 
 def burn(facts: PoolFacts, slo: SloFacts, burn_rule: BurnRule) -> Verdict:
@@ -486,7 +499,7 @@ def cache_hit_degradation(facts: PoolFacts, limits: Thresholds) -> Verdict:
 def evaluate_pool(facts: PoolFacts, limits: Thresholds = DEFAULTS) -> list[Verdict]:
     """Every rule's verdict for one pool. With no recent decision, the signal rules are unknown; the
     rules over days read the stored history, which a stopped loop does not change."""
-    verdicts = [cold_start(facts, limits), capacity_72h(facts, limits), latency_trend(facts, limits),
+    verdicts = [cold_start(facts, limits), cannot_scale(facts), capacity_72h(facts, limits), latency_trend(facts, limits),
                 peak_growth(facts, limits), cache_hit_degradation(facts, limits)]
     fresh = facts.decided_at_s is not None and facts.now_s - facts.decided_at_s <= limits.decision_max_age_s
     signal_verdicts = [

@@ -147,6 +147,13 @@ class PoolStatus(models.Model):
     batch_slots = models.PositiveIntegerField(
         null=True, blank=True, help_text="The --max-num-seqs the Deployment's vLLM container stated at the last read.")
     observed_at = models.DateTimeField()
+    # Whether a write of the pool's replicas would be refused, found by the tick before any surge needs one
+    # (services.check_scalable): an HPA owning a Deployment written directly, a missing or foreign ScaledObject.
+    scale_refusal = models.TextField(blank=True, help_text="Why a write of the pool's replicas would be refused, as "
+                                                           "the last check found it (empty: it would be written).")
+    scale_checked_at = models.DateTimeField(null=True, blank=True)
+    scale_checked_for = models.JSONField(default=dict, blank=True,
+                                         help_text="The pool's scaling target that check was made for.")
 
     @property
     def arriving_replicas(self) -> int:

@@ -46,6 +46,8 @@ SHARE_REASON = "guardrail_share"
 # The planner keeps recommendations newer than the window's start, one a tick: the oldest may be a
 # tick (or two, for a late tick) younger than the window and still cover it.
 SETTLE_SLACK_S = 30.0
+# How often the tick asks whether a pool's scaling target would refuse a write (one or two reads per pool).
+SCALABLE_CHECK_S = 600.0
 # A person's self-approved changes to one pool add up over this window for the two-person rule.
 APPROVED_STATES = (ProposalState.APPROVED, ProposalState.EXECUTING, ProposalState.SUCCEEDED)
 
@@ -796,6 +798,33 @@ def record_status(pool: Pool, status: ReplicaStatus, now: datetime) -> None:
     PoolStatus.objects.update_or_create(pool=pool, defaults={
         "desired_replicas": status.desired, "ready_replicas": status.ready, "batch_slots": status.batch_slots,
         "observed_at": now})
+
+
+def check_scalable(pool: Pool, driver: ClusterDriver, now: datetime) -> None:
+    """Find out, before a surge needs a write, whether the pool's scaling target would refuse one.
+
+    Checked every SCALABLE_CHECK_S and at once when the pool's scaling target changed. A refusal is kept on the
+    pool's status (the pool page, the API and the `cannot_scale` alert show it with its fix); a check that
+    could not be made keeps what the last one found."""
+    decided = decided_workload(pool)
+    status = PoolStatus.objects.filter(pool=pool).only("scale_checked_at", "scale_checked_for").first()
+    if status is None:
+        return
+    if (status.scale_checked_at is not None and status.scale_checked_for == decided
+            and (now - status.scale_checked_at).total_seconds() < SCALABLE_CHECK_S):
+        return
+    try:
+        driver.check_writable(workload_of(pool))
+        refusal = ""
+    except DriverError as exc:
+        if not exc.permanent:
+            return
+        refusal = str(exc)
+    except Exception:  # noqa: BLE001 - a driver bug must not stop the tick: logged, checked again next tick
+        logger.exception("checking whether %s can be scaled failed", pool)
+        return
+    PoolStatus.objects.filter(pool=pool).update(scale_refusal=refusal, scale_checked_at=now,
+                                                scale_checked_for=decided)
 
 
 def _refresh_cold_start_stats(pool: Pool) -> None:

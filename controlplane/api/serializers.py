@@ -129,6 +129,12 @@ class PoolSerializer(ScopedModelSerializer):
         read_only=True, allow_null=True,
         help_text="What the work share's batch fill is read against: batch_slots, else the --max-num-seqs the "
                   "Deployment's command line stated at the last read (null: neither).")
+    scale_refusal = serializers.CharField(
+        source="status.scale_refusal", read_only=True, allow_null=True,
+        help_text="Why a change of the pool's replicas would be refused by its scaling target, as the control loop "
+                  "last checked (every 10 minutes, and at once after the target changes), with the fix; empty: it "
+                  "would be written; null: the pool was never read from its cluster.")
+    scale_checked_at = serializers.DateTimeField(source="status.scale_checked_at", read_only=True, allow_null=True)
 
     class Meta:
         model = Pool
@@ -136,7 +142,7 @@ class PoolSerializer(ScopedModelSerializer):
             "id", "name", "cluster", "cluster_name", "team", "namespace", "deployment", "model_name",
             "gpu_type", "gpus_per_replica", "min_replicas", "max_replicas", "warm_pool_fraction",
             "target_queue_per_replica", "replica_capacity_rps", "batch_slots", "batch_slots_in_use", "prefill_tokens_per_s", "cold_start_p50_s", "cold_start_p95_s",
-            "scaling_target", "scaled_object", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "planner_constants", "slos",
+            "scaling_target", "scaled_object", "scale_refusal", "scale_checked_at", "route_name", "route_backend", "fallback_pool", "priority", "approval_policy", "planner_constants", "slos",
         ]
 
     def get_validators(self):  # noqa: ANN201

@@ -137,6 +137,12 @@ class PremiseChanged(DriverError):
 class ClusterDriver(Protocol):
     def status(self, workload: Workload) -> ReplicaStatus: ...
 
+    def check_writable(self, workload: Workload) -> None:
+        """Raise the permanent DriverError a write of the workload's replicas would meet before it is made (an HPA
+        owning a Deployment written directly, a missing or foreign HPA or ScaledObject, a paused ScaledObject);
+        a read that fails raises as any read does. Writes nothing."""
+        ...
+
     def generation(self, workload: Workload) -> int | None:
         """The metadata.generation of the object `scale` writes (the Deployment, its HPA or its ScaledObject),
         read before a write's intent is recorded: every change to that object's spec bumps it."""

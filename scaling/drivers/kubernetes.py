@@ -284,10 +284,7 @@ class KubernetesDriver:
     def generation(self, workload: Workload) -> int | None:
         try:
             if workload.scaled_object:
-                group, version, plural = KEDA
-                scaled = self._custom.get_namespaced_custom_object(
-                    group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout)
-                return (scaled.get("metadata") or {}).get("generation")
+                return (self._the_scaled_object(workload).get("metadata") or {}).get("generation")
             if workload.hpa:
                 return self._the_autoscaler(workload)["metadata"].get("generation")
             return self._apps.read_namespaced_deployment(
@@ -421,32 +418,51 @@ class KubernetesDriver:
 
         return self._retrying(f"scale HorizontalPodAutoscaler of {where}", attempt)
 
+    def _the_scaled_object(self, workload: Workload) -> dict:
+        """The pool's ScaledObject, refused (permanently) where a floor written to it would do nothing or scale
+        another team's Deployment."""
+        group, version, plural = KEDA
+        where = f"{workload.namespace}/{workload.scaled_object}"
+        scaled = self._custom.get_namespaced_custom_object(
+            group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
+        )
+        # A paused ScaledObject neither follows minReplicaCount nor scales (KEDA removes its HPA).
+        annotations = (scaled.get("metadata") or {}).get("annotations") or {}
+        pinned = annotations.get("autoscaling.keda.sh/paused-replicas")
+        paused = str(annotations.get("autoscaling.keda.sh/paused", "")).lower() == "true"
+        if pinned is not None or paused:
+            annotation = (f"autoscaling.keda.sh/paused-replicas={pinned}" if pinned is not None
+                          else "autoscaling.keda.sh/paused=true")
+            raise DriverError(f"ScaledObject {where} is paused ({annotation}): Headroom's floor would do "
+                              "nothing; remove the annotation to let it scale", permanent=True)
+        # A ScaledObject scales what its scaleTargetRef names (a Deployment unless it says otherwise): one
+        # that names another Deployment is not this pool's, whoever made it or repointed it.
+        target = (scaled.get("spec") or {}).get("scaleTargetRef") or {}
+        if target.get("name") != workload.deployment or target.get("kind", "Deployment") != "Deployment":
+            raise DriverError(f"ScaledObject {where} scales {target.get('kind', 'Deployment')} "
+                              f"{target.get('name')!r}, not this pool's Deployment {workload.deployment!r}: "
+                              "nothing written", permanent=True)
+        return scaled
+
+    def check_writable(self, workload: Workload) -> None:
+        try:
+            if workload.scaled_object:
+                self._the_scaled_object(workload)
+            elif workload.hpa:
+                self._the_autoscaler(workload)
+            else:
+                self._refuse_if_autoscaled(workload)
+        except (ApiException, HTTPError, OSError, ValueError, netguard.OutboundRefused) as exc:
+            raise _driver_error(f"check what scales {workload.namespace}/{workload.deployment}", exc) from None
+
     def _scale_keda(self, workload: Workload, replicas: int, premise: ScalePremise | None) -> ScaleOutcome:
         group, version, plural = KEDA
         where = f"{workload.namespace}/{workload.scaled_object}"
 
         def attempt(conflicts: int) -> ScaleOutcome:
             running = self._running(workload, premise)
-            scaled = self._custom.get_namespaced_custom_object(
-                group, version, workload.namespace, plural, workload.scaled_object, _request_timeout=self._timeout
-            )
-            # A paused ScaledObject neither follows minReplicaCount nor scales (KEDA removes its HPA).
-            annotations = (scaled.get("metadata") or {}).get("annotations") or {}
-            pinned = annotations.get("autoscaling.keda.sh/paused-replicas")
-            paused = str(annotations.get("autoscaling.keda.sh/paused", "")).lower() == "true"
-            if pinned is not None or paused:
-                annotation = (f"autoscaling.keda.sh/paused-replicas={pinned}" if pinned is not None
-                              else "autoscaling.keda.sh/paused=true")
-                raise DriverError(f"ScaledObject {where} is paused ({annotation}): Headroom's floor would do "
-                                  "nothing; remove the annotation to let it scale", permanent=True)
+            scaled = self._the_scaled_object(workload)
             spec = scaled.get("spec", {})
-            # A ScaledObject scales what its scaleTargetRef names (a Deployment unless it says otherwise): one
-            # that names another Deployment is not this pool's, whoever made it or repointed it.
-            target = spec.get("scaleTargetRef") or {}
-            if target.get("name") != workload.deployment or target.get("kind", "Deployment") != "Deployment":
-                raise DriverError(f"ScaledObject {where} scales {target.get('kind', 'Deployment')} "
-                                  f"{target.get('name')!r}, not this pool's Deployment {workload.deployment!r}: "
-                                  "nothing written", permanent=True)
             floor = int(spec.get("minReplicaCount", 0))
             if _floor_in_place(premise, floor, replicas):
                 return ScaleOutcome(running, replicas, wrote=False, conflicts=conflicts)
