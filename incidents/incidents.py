@@ -171,6 +171,14 @@ def _clean_text(text: str, *, required: bool) -> str:
     return text
 
 
+def _moved_by(incident: Incident) -> str:
+    """Who moved the incident into its current state (not its commander: Bob may resolve Alice's incident)."""
+    if incident.state == IncidentState.OPEN:
+        return ""
+    return incident.events.filter(kind=incident.state).order_by("-at", "-pk").values_list("actor_name", flat=True).first() \
+        or (incident.commander.get_username() if incident.commander else "")
+
+
 def _move(incident_id: int, target: str, actor: core.Actor, text: str, now: datetime | None) -> Transition:
     now = now or timezone.now()
     text = _clean_text(text, required=False)
@@ -179,7 +187,7 @@ def _move(incident_id: int, target: str, actor: core.Actor, text: str, now: date
         _check_may_act(incident, actor)
         source = incident.state
         if target not in INCIDENT_TRANSITIONS.get(source, frozenset()):
-            who = f" by {incident.commander.get_username()}" if incident.commander and source != IncidentState.OPEN else ""
+            who = f" by {by}" if (by := _moved_by(incident)) else ""
             raise IncidentConflict(incident, f"Incident #{incident.pk} is {source}{who}; it cannot become {target}.")
         before = core.snapshot(incident)
         incident.state = target

@@ -38,7 +38,8 @@ from incidents.choices import (
 )
 from incidents.models import Channel, Incident, Playbook, PlaybookRun, PlaybookRunStep, PlaybookStep
 from scaling import services as scaling, traffic
-from scaling.choices import SHIFT_TERMINAL_PHASES, ProposalKind, ProposalState, ShiftPhase
+from scaling.choices import ACTIVE_STATES as ACTIVE_PROPOSAL_STATES, PRESCALE_TRACK, SHIFT_TERMINAL_PHASES, ProposalKind, \
+    ProposalState, ShiftPhase
 from scaling.models import PlannerMemory, Proposal, TrafficShift
 
 MAX_STEPS = 30
@@ -158,6 +159,13 @@ def _start_prescale(step: PlaybookRunStep, incident: Incident, actor: core.Actor
     if target <= current:
         raise InvalidPlaybook("step", f"{incident.pool} already runs {current} replicas, its maximum "
                                       f"({incident.pool.max_replicas}) or the warm pool plus the buffer.")
+    # As the control loop does (`scaling.loop.act`): a pre-scale already in flight that asks for at least as much
+    # answers this step. Proposed anyway, it would supersede that one (pending or even approved) by a smaller one.
+    covering = Proposal.objects.filter(pool=incident.pool, kind__in=PRESCALE_TRACK, state__in=ACTIVE_PROPOSAL_STATES,
+                                       target_replicas__gte=target).order_by("-target_replicas", "pk").first()
+    if covering is not None:
+        step.proposal = covering
+        return
     reasons = [{"code": "playbook", "detail": f"playbook {step.run.playbook_name}, step {step.position}: {step.title}"}]
     step.proposal = scaling.propose(incident.pool, target, ProposalKind.PRESCALE, actor, current=current,
                                     reasons=reasons, idempotency_key=_key(step), now=now)
@@ -256,6 +264,11 @@ def _start_notify(step: PlaybookRunStep, incident: Incident, actor: core.Actor, 
     if channel is None:
         raise InvalidPlaybook("params.channel", f"The channel {step.params['channel']!r} no longer exists.")
     text = f"[{incident.severity}] {incident.title} (incident #{incident.pk}): {step.params.get('text') or step.title}"
+    if not channel.enabled and not incident.is_drill:
+        # The outbox sends nothing to a channel that switched itself off: "queued" would be a promise it breaks.
+        raise InvalidPlaybook("params.channel", f"Not sent to {channel.name}: the channel is switched off "
+                                                f"({channel.disabled_reason or 'no reason recorded'}); an admin "
+                                                "switches it back on at /integrations/channels/.")
     if incident.is_drill:
         # A drill never pages anyone: the step says what it would have sent.
         step.data = {"channel": channel.name, "text": text, "drill": True}

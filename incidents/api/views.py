@@ -19,7 +19,7 @@ from controlplane.api.views import ScopedViewMixin
 from controlplane.choices import Role
 from incidents import alerts, incidents, playbooks, postmortem, services
 from incidents.api import serializers
-from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES
+from incidents.choices import ACTIVE_ALERT_STATES, ACTIVE_INCIDENT_STATES, RunStepState
 from incidents.models import Alert, Channel, Incident, Notification, Playbook, PlaybookRun, Silence
 from scaling import report_service
 from scaling.api.serializers import WarmPoolReportSerializer
@@ -312,6 +312,14 @@ class PlaybookRunViewSet(ScopedViewMixin, mixins.ListModelMixin, mixins.Retrieve
 
     def retrieve(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
         return self._answer(self.get_object())
+
+    def list(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
+        # Reading is when waiting and running steps mirror their proposal or shift (as the detail does).
+        live = self.filter_queryset(self.get_queryset()).filter(
+            steps__state__in=[RunStepState.WAITING_APPROVAL, RunStepState.RUNNING]).values("pk")
+        for run in PlaybookRun.objects.filter(pk__in=live):
+            playbooks.refresh(run)
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(request=serializers.PlaybookRunStartSerializer, responses={201: serializers.PlaybookRunSerializer, **RUN_RESPONSES})
     def create(self, request: Request, *args, **kwargs) -> Response:  # noqa: ANN002, ANN003
