@@ -426,10 +426,13 @@ def write(activation_id: int, router: Router | None = None) -> FallbackActivatio
     # Only weights it never asked for are the route changed by someone else.
     accepted = (*(weights_at(percent) for percent in sorted({confirmed, *_asked_percents(activation)})),
                 activation.start_weights)
+    route = RouteRef(activation.route_namespace, activation.route_name)
+    target = weights_at(target_percent)
     try:
         router = router or route_router(activation.pool.cluster, activation.router_kind)
-        outcome = router.set_weights(RouteRef(activation.route_namespace, activation.route_name),
-                                     weights_at(target_percent), WeightPremise(accepted, still_wanted))
+        earlier = traffic.write_intent(FallbackActivation, activation.pk, f"{activation.phase}:{target_percent}",
+                                       router, route, set(target))
+        outcome = router.set_weights(route, target, WeightPremise(accepted, still_wanted, earlier))
     except Exception as exc:  # noqa: BLE001 - recorded on the activation; retried next tick
         if isinstance(exc, DriverError) and exc.permanent:
             return _step_back(activation_id, exc)
@@ -448,6 +451,7 @@ def write(activation_id: int, router: Router | None = None) -> FallbackActivatio
             return activation
         # What is on the route now, even where the target moved on meanwhile (the next write starts from it).
         activation.route_percent, activation.last_error = target_percent, ""
+        activation.write_key, activation.write_generation = "", None  # confirmed: no write in flight
         note = "written and read back" if outcome.wrote else "already on the route: nothing written"
         data = {"weights": outcome.weights, "wrote": outcome.wrote, "conflicts": outcome.conflicts}
         if activation.target_percent != target_percent:

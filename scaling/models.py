@@ -220,7 +220,19 @@ class SignalSample(models.Model):
         indexes = [models.Index(fields=["pool", "at"])]
 
 
-class TrafficShift(models.Model):
+class RouteWriteIntent(models.Model):
+    """The route write a shift or a fallback is about to make, committed before it (`traffic.write_intent`): the
+    next attempt of the same write compares the route's generation with the one read here."""
+
+    write_key = models.CharField(max_length=40, blank=True, help_text="Which write: its phase and step or share.")
+    write_generation = models.BigIntegerField(null=True, blank=True,
+                                              help_text="The route's generation read just before that write.")
+
+    class Meta:
+        abstract = True
+
+
+class TrafficShift(RouteWriteIntent):
     """Traffic moved on a route from one pool's backend to another's, step by step under guards.
 
     `step` counts the steps whose weights are on the route (0: the weights it started from); while
@@ -396,7 +408,7 @@ class FallbackPolicy(models.Model):
 
 
 
-class FallbackActivation(models.Model):
+class FallbackActivation(RouteWriteIntent):
     """One episode of a pool's traffic on its fallback pool, from entry to full return.
 
     `share` is of the eligible traffic; `route_percent` the fallback backend's share of the pair's route

@@ -580,13 +580,15 @@ def _record_intent(proposal: Proposal, now: datetime, generation: int | None) ->
 
 
 def _earlier_generation(proposal: Proposal) -> int | None:
-    """The generation an earlier attempt of this proposal read before its write (None on a first attempt).
+    """The generation the first attempt of this proposal read before its write (None on a first attempt).
 
     An attempt that is resumed or retried never learnt whether the earlier write landed. Finding the count it
     was decided from, it cannot tell "never written" from "written and set back by a person"; a generation
-    moved since says the object was changed, and the write is not made again (ScalePremise.undone)."""
+    moved since says the object was changed, and the write is not made again (ScalePremise.undone). The first
+    attempt's, not the last one's: an attempt that read the generation after the undo and died before its
+    check must not make the undo look like the starting point."""
     earlier = ProposalEvent.objects.filter(proposal=proposal, data__has_key="generation",
-                                           data__attempt__lt=proposal.attempts).order_by("-pk").first()
+                                           data__attempt__lt=proposal.attempts).order_by("pk").first()
     return earlier.data["generation"] if earlier else None
 
 

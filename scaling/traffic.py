@@ -31,7 +31,7 @@ from scaling.drivers.registry import route_router
 from scaling.drivers.routing import RoutePremiseChanged, RouteRef, Router, WeightPremise
 from scaling.engine import shifting
 from scaling.engine.signals import STALE_AFTER_S
-from scaling.models import PlannerMemory, PoolStatus, TrafficShift, TrafficShiftEvent
+from scaling.models import PlannerMemory, PoolStatus, RouteWriteIntent, TrafficShift, TrafficShiftEvent
 
 logger = logging.getLogger(__name__)
 AUTO = core.Actor(user=None, channel=Channel.AUTO)
@@ -393,6 +393,7 @@ def _finish_write(shift_id: int, expected_phase: str, step: int, outcome_weights
         if shift.phase != expected_phase or shift.step != step:
             return shift
         shift.current_weights, shift.last_error = outcome_weights, ""
+        shift.write_key, shift.write_generation = "", None  # confirmed: no write in flight
         note = "written and read back" if wrote else "already on the route: nothing written"
         data = {"weights": outcome_weights, "wrote": wrote, "conflicts": conflicts}
         if expected_phase == ShiftPhase.STEPPING:
@@ -422,6 +423,21 @@ def _fail_write(shift_id: int, expected_phase: str, step: int, exc: Exception) -
     return shift
 
 
+def write_intent(model: type[RouteWriteIntent], pk: int, key: str, router: Router, route: RouteRef,
+                 backends: set[str]) -> int | None:
+    """Before the write `key` of a shift or a fallback: the route generation its first attempt read (None: this
+    is its first attempt, whose reading is committed now). A later attempt writes only onto that generation
+    (`WeightPremise.undone`): the first one may have landed and been set back by a person. A confirmed write
+    clears the key."""
+    generation = router.read(route, backends).generation
+    with transaction.atomic():
+        row = model.objects.select_for_update().only("write_key", "write_generation").get(pk=pk)
+        if row.write_key == key:
+            return row.write_generation
+        model.objects.filter(pk=pk).update(write_key=key, write_generation=generation)
+    return None
+
+
 def _write(shift: TrafficShift, router: Router, now: datetime) -> TrafficShift:
     """Write what the committed phase says: the step being entered, or the last good weights."""
     phase, step = shift.phase, shift.step
@@ -439,7 +455,8 @@ def _write(shift: TrafficShift, router: Router, now: datetime) -> TrafficShift:
         return f"shift #{shift.pk} is no longer {phase} step {step}"
 
     try:
-        outcome = router.set_weights(_route(shift), target, WeightPremise(accepted, still_wanted))
+        earlier = write_intent(TrafficShift, shift.pk, f"{phase}:{step}", router, _route(shift), set(target))
+        outcome = router.set_weights(_route(shift), target, WeightPremise(accepted, still_wanted, earlier))
     except Exception as exc:  # noqa: BLE001 - recorded on the shift; transient ones are retried next tick
         return _fail_write(shift.pk, phase, step, exc)
     return _finish_write(shift.pk, phase, step, outcome.weights, outcome.wrote, outcome.conflicts, now)

@@ -87,7 +87,8 @@ class _CustomObjectRouter:
         except (ApiException, HTTPError, OSError) as exc:
             raise _driver_error(f"read {self._where(route)}", exc) from None
         rule = self._rules(obj)[self._rule_index(obj, backends)]
-        return RouteWeights(self._weights(rule), obj["metadata"].get("resourceVersion", ""))
+        return RouteWeights(self._weights(rule), obj["metadata"].get("resourceVersion", ""),
+                            obj["metadata"].get("generation"))
 
     def set_weights(self, route: RouteRef, target: Mapping[str, int], premise: WeightPremise) -> WeightOutcome:
         conflicts = 0
@@ -107,6 +108,8 @@ class _CustomObjectRouter:
                 if all(live[backend] == weight for backend, weight in target.items()):
                     return WeightOutcome(live, live, wrote=False, conflicts=conflicts,
                                          resource_version=obj["metadata"].get("resourceVersion", ""))
+                if (undone := premise.undone(obj["metadata"].get("generation"))) is not None:
+                    raise RoutePremiseChanged(live, undone)
                 wanted = {**live, **target}
                 try:
                     validate_weights(wanted, self.scheme)

@@ -27,6 +27,7 @@ class RouteWeights:
 
     weights: dict[str, int]
     resource_version: str = ""
+    generation: int | None = None  # bumped by every change to the route's spec, whoever makes it
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,19 @@ class WeightPremise:
 
     accepted: tuple[Mapping[str, int], ...]
     still_wanted: Callable[[], str | None] | None = None
+    # On a resumed write: the route's generation that an earlier attempt of the same write read just before
+    # it, when that attempt's answer never came (its worker died, the call broke).
+    earlier_generation: int | None = None
+
+    def undone(self, generation: int | None) -> str | None:
+        """Why a resumed write must not be made onto a route at `generation` that does not hold its target (None:
+        it may). Weights the change moved between cannot tell a write that never landed from one that landed
+        and was set back by a person; the route's generation can."""
+        if self.earlier_generation is None or generation is None or generation == self.earlier_generation:
+            return None
+        return (f"the route's spec changed since an earlier attempt read it (generation {self.earlier_generation} "
+                f"→ {generation}) and it does not hold the target: that attempt's write may have landed and been "
+                "undone by someone, so it is not written again")
 
     def refusal(self, live: Mapping[str, int], target: Mapping[str, int]) -> str | None:
         """Why writing `target` onto `live` would not be the decided change (None: it would)."""
