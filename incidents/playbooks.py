@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from controlplane import services as core
@@ -40,7 +41,7 @@ from incidents.models import Channel, Incident, Playbook, PlaybookRun, PlaybookR
 from scaling import services as scaling, traffic
 from scaling.choices import ACTIVE_STATES as ACTIVE_PROPOSAL_STATES, PRESCALE_TRACK, SHIFT_TERMINAL_PHASES, ProposalKind, \
     ProposalState, ShiftPhase
-from scaling.models import PlannerMemory, Proposal, TrafficShift
+from scaling.models import PlannerMemory, Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent
 
 MAX_STEPS = 30
 TITLE_MAX_CHARS = 200
@@ -185,8 +186,12 @@ def _prescale_outcome(step: PlaybookRunStep) -> Outcome | None:
     words = {RunStepState.WAITING_APPROVAL: f"waiting for approval #{proposal.pk}",
              RunStepState.RUNNING: f"proposal #{proposal.pk} {proposal.state}",
              RunStepState.DONE: f"proposal #{proposal.pk}: {proposal.target_replicas} replicas ready"}
-    detail = f": {proposal.last_error or proposal.decision_comment}" if (proposal.last_error or proposal.decision_comment) else ""
-    return Outcome(state, words.get(state, f"proposal #{proposal.pk} {proposal.state}{detail}"))
+    if state in words:
+        return Outcome(state, words[state])
+    # Why it ended: its last error, the person's comment, or the reason its last move gave (superseded by what).
+    moved = _last_move(proposal)
+    why = proposal.last_error or proposal.decision_comment or (moved.comment if moved else "")
+    return Outcome(state, f"proposal #{proposal.pk} {proposal.state}" + (f": {why}" if why else ""))
 
 
 register(Action(PlaybookStepKind.PRESCALE, True, _parse_prescale, _start_prescale, _prescale_outcome))
@@ -535,10 +540,34 @@ def _refreshed(step: PlaybookRunStep, now: datetime) -> PlaybookRunStep:
     if step.shift_id:
         step.shift = TrafficShift.objects.get(pk=step.shift_id)
     outcome = action.outcome(step)
-    if outcome is not None and (outcome.state, outcome.reason) != (step.state, step.reason):
-        step.state, step.reason, step.updated_at = outcome.state, outcome.reason, now
-        step.save(update_fields=["state", "reason", "updated_at"])
+    if outcome is None or (outcome.state, outcome.reason) == (step.state, step.reason):
+        return step
+    before = {"state": step.state, "reason": step.reason}
+    step.state, step.reason, step.updated_at = outcome.state, outcome.reason[:2000], now
+    cause = _cause(step)
+    if cause is not None:  # the step moved when, and because, its proposal or shift did: not when it was read
+        step.updated_at, step.actor_name, step.channel = cause.at, cause.actor_name, cause.channel
+    step.save(update_fields=["state", "reason", "updated_at", "actor_name", "channel"])
+    if step.state != before["state"]:
+        mirrors = f"proposal #{step.proposal_id}" if step.proposal_id else f"shift #{step.shift_id}"
+        core.record(core.Actor(None, ActorChannel.AUTO), f"playbook-step-{step.state}", step.run, before=before, team=step.run.incident.team, after={
+            "position": step.position, "state": step.state, "reason": step.reason, "mirrors": mirrors,
+            "by": cause.actor_name if cause else "", "channel": cause.channel if cause else ""})
     return step
+
+
+def _last_move(changed: Proposal | TrafficShift) -> ProposalEvent | TrafficShiftEvent | None:
+    """The event that moved a proposal or shift to where it stands (notes, which move nothing, aside)."""
+    if isinstance(changed, Proposal):
+        events = changed.events.filter(to_state=changed.state).exclude(from_state=F("to_state"))
+    else:
+        events = changed.events.filter(to_phase=changed.phase).exclude(from_phase=F("to_phase"))
+    return events.order_by("-pk").first()
+
+
+def _cause(step: PlaybookRunStep) -> ProposalEvent | TrafficShiftEvent | None:
+    changed = step.proposal or step.shift
+    return _last_move(changed) if changed is not None else None
 
 
 def refresh(run: PlaybookRun, now: datetime | None = None) -> PlaybookRun:

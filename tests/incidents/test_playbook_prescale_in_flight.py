@@ -55,3 +55,15 @@ def test_a_smaller_prescale_in_flight_is_still_replaced(pool: Pool, alice: User,
     smaller.refresh_from_db()
     assert smaller.state == ProposalState.SUPERSEDED
     assert step.proposal.target_replicas == 6 and step.state == "waiting_approval"
+
+
+def test_a_step_whose_proposal_an_edit_superseded_says_why(pool: Pool, alice: User, incident: Incident) -> None:
+    step = _run_prescale(pool, incident, alice)
+    assert step.proposal.target_replicas == 6
+    edited = Pool.objects.get(pk=pool.pk)
+    edited.max_replicas = 4  # an admin lowers the ceiling: the pending 6 no longer fits
+    edited.save()
+    playbooks.refresh(step.run)
+    step.refresh_from_db()
+    assert step.state == "failed"
+    assert step.reason.startswith(f"proposal #{step.proposal_id} superseded: the pool's replicas are now bounded to")

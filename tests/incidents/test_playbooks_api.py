@@ -123,6 +123,11 @@ def test_a_run_goes_through_the_services_and_waits_for_approval(alice: User, bob
     scaling.approve(proposal.pk, core.Actor(bob, ActorChannel.WEB), "go")
     step = client.get(f"{RUNS}{run['id']}/").json()["steps"][1]
     assert (step["state"], step["reason"]) == ("running", f"proposal #{proposal.pk} approved")
+    # The step moved when, and because, bob approved: his name and channel, and its own audit record.
+    assert (step["actor_name"], step["channel"]) == ("bob", "web")
+    mirrored = AuditEvent.objects.get(action="playbook-step-running")
+    assert (mirrored.actor_name, mirrored.after["mirrors"], mirrored.after["by"]) == \
+        ("auto:system", f"proposal #{proposal.pk}", "bob")
 
     sent = client.post(f"{RUNS}{run['id']}/run/", {"position": 3}, format="json").json()["steps"][2]
     assert (sent["state"], sent["reason"]) == ("done", "message queued for on-call")
@@ -130,7 +135,7 @@ def test_a_run_goes_through_the_services_and_waits_for_approval(alice: User, bob
     assert message.channel == on_call and "surge" in message.text and f"incident #{incident.pk}" in message.text
     client.post(f"{RUNS}{run['id']}/run/", {"position": 3}, format="json")
     assert Notification.objects.filter(kind="message").count() == 1
-    assert AuditEvent.objects.filter(action__startswith="playbook-step-").count() == 3
+    assert AuditEvent.objects.filter(action__startswith="playbook-step-").count() == 4  # 3 by alice, 1 mirrored
 
 
 def test_a_rejected_prescale_fails_the_step_which_can_be_skipped(alice: User, bob: User, incident: Incident,
