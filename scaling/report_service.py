@@ -413,6 +413,16 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
                                              report.days, reports.WARMUP_S)
         source, start_s = f"the uploaded trace {report.trace_name}", None
     else:
+        # The last `days` of the stored rates: when they stop well before the report was asked (Prometheus or
+        # the loop down since), the period ends with them; no --days could step over a hole at its end.
+        latest = SignalSample.objects.filter(
+            pool=pool, at__gte=end - timedelta(seconds=period_s + reports.WARMUP_S), at__lt=end,
+            request_rate_rps__isnull=False).aggregate(last=Max("at"))["last"]
+        stopped = ""
+        if latest is not None and (end - latest).total_seconds() > reports.MAX_GAP_S:
+            stopped = (f"; they stop at {latest:%Y-%m-%d %H:%M} UTC, {(end - latest).total_seconds() / 3600:.1f} h "
+                       "before the report was asked (nothing recorded since), and the period ends there")
+            end = latest + timedelta(seconds=reports.RATE_BIN_S)
         start_s = end.timestamp() - period_s
         samples = list(SignalSample.objects.filter(
             pool=pool, at__gte=end - timedelta(seconds=period_s + reports.WARMUP_S), at__lt=end)
@@ -427,10 +437,11 @@ def inputs_for(report: WarmPoolReport, now: datetime | None = None) -> Inputs:
         scored = [row for row, at in zip(samples, times) if at >= start_s]
         recorded = reports.Recorded(tuple(row[2] for row in scored if row[2] is not None),
                                     tuple(row[3] for row in scored if row[3] is not None))
-        source = f"the pool's stored request rates ({len(samples):,} samples, 1-minute means)"
+        source = f"the pool's stored request rates ({len(samples):,} samples, 1-minute means{stopped})"
     if report.rate_scale != 1.0:
         workload = transforms.rate_scale(workload, report.rate_scale)
         source += f", rates x{report.rate_scale:g}"
+        recorded = None  # the pool never served this traffic: its record says nothing about this replay
     current_pct = base_pct = round(pool.warm_pool_fraction * 100.0, 3)
     if what_if and report.peak_basis == PeakBasis.DAY_PEAK:
         # What ran is the planner with the pool's own fraction and no standing floor: the 0 % row.
@@ -464,8 +475,10 @@ def _window_inputs(report: WarmPoolReport) -> tuple[Workload, float, float, floa
     # The warm-up is whole minutes of history before the window (none when the history starts with it).
     warmup_s = max(0.0, (start - first).total_seconds() // reports.RATE_BIN_S * reports.RATE_BIN_S)
     begin_s = start.timestamp() - warmup_s
-    workload = reports.workload_from_rates([at.timestamp() for at, _ in known], [rate for _, rate in known],
-                                           begin_s, end.timestamp(), f"{pool} incident window")
+    workload = reports.workload_from_rates(
+        [at.timestamp() for at, _ in known], [rate for _, rate in known], begin_s, end.timestamp(),
+        f"{pool} incident window", advice=("the what-if replays the stored rates of the incident's whole window, "
+                                           "and nothing was recorded then (Prometheus or the control loop was down)"))
     day_before = SignalSample.objects.filter(pool=pool, at__gte=start - timedelta(days=1), at__lt=start) \
         .aggregate(peak=Max("request_rate_rps"))["peak"] or 0.0
     source = (f"the pool's stored request rates over the incident's window {start:%Y-%m-%d %H:%M}-{end:%H:%M} UTC "

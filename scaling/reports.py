@@ -270,9 +270,10 @@ def _iso(epoch_s: float) -> str:
 
 
 def workload_from_rates(times_s: Sequence[float], rates_rps: Sequence[float | None], start_s: float, end_s: float,
-                        name: str = "stored samples", max_gap_s: float = MAX_GAP_S) -> RateTrace:
+                        name: str = "stored samples", max_gap_s: float = MAX_GAP_S, advice: str = "") -> RateTrace:
     """1-minute windows of the stored request rates over [start_s, end_s); holes up to `max_gap_s`
-    are interpolated, a longer one (or none at all) is an error naming it."""
+    are interpolated, a longer one (or none at all) is an error naming it. `advice`: what the person
+    can do about a hole (default: a report's options)."""
     windows = int((end_s - start_s) // RATE_BIN_S)
     if windows < 2:
         raise ReportInputError(f"the period {_iso(start_s)} to {_iso(end_s)} is shorter than two minutes")
@@ -288,9 +289,15 @@ def workload_from_rates(times_s: Sequence[float], rates_rps: Sequence[float | No
     gap = _longest_gap(known)
     if gap is not None and (gap[1] - gap[0]) * RATE_BIN_S > max_gap_s:
         first, last = start_s + gap[0] * RATE_BIN_S, start_s + gap[1] * RATE_BIN_S
+        if gap[0] == 0:  # not a hole: the history begins after the period does (a young pool, a pruned one)
+            raise ReportInputError(
+                f"the stored history starts only at {_iso(last)}: it covers {(end_s - last) / 3600:.1f} h of the "
+                f"{(end_s - start_s) / 3600:.1f} h asked for (with the warm-up): "
+                + (advice or "ask for fewer days (--days) or upload a trace"))
         raise ReportInputError(
             f"the history has a gap of {(last - first) / 3600:.1f} h from {_iso(first)} to {_iso(last)} "
-            f"(longer than {max_gap_s / 60:.0f} minutes): pick a period without it (--days) or upload a trace")
+            f"(longer than {max_gap_s / 60:.0f} minutes): "
+            + (advice or "pick a period without it (--days) or upload a trace"))
     positions = np.arange(windows)
     filled = np.interp(positions, positions[known], sums[known] / counts[known])
     return RateTrace(name, positions * RATE_BIN_S, RATE_BIN_S, np.maximum(filled, 0.0))
@@ -608,7 +615,8 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
         left += [((size, False), _replay_size, (workload, spec, plan, size, None, None)) for size in sizes]
     left += [((size, True), _replay_size, (workload, spec, plan, size, route, None)) for size in sizes if with_fallback]
     if workers > 1 and len(left) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # A fork-started pool starts all its processes at once: never more than there are replays left.
+        with ProcessPoolExecutor(max_workers=min(workers, len(left))) as pool:
             futures = [(key, pool.submit(function, job)) for key, function, job in left]
             for key, future in futures:
                 outcomes[key] = future.result()
@@ -623,6 +631,10 @@ def run_report(workload: Workload, spec: ReportSpec, progress: Progress | None =
             outcomes[key] = function(job, within)
             report_progress((done_before + len(outcomes)) / steps)
     rows = [_size_result(size, *outcomes[(size, False)], spec) for size in sizes]
+    if not any(row.requests for row in rows):  # every size replays the same arrivals
+        raise ReportInputError(
+            f"the scored period (after the {spec.warmup_s / 60:.0f}-minute warm-up) holds no requests: nothing to "
+            "score; ask for a period in which the pool served traffic")
     series = {size: outcomes[(size, False)][1] for size in sizes}
     scored_s = workload.span_s - spec.warmup_s
     recommended = assess(rows, spec, scored_s)
@@ -659,7 +671,8 @@ def _fallback_note(spec: ReportSpec, workload: Workload) -> dict[str, Any] | Non
     if workload.expected_requests > spec.fallback_max_requests:
         note.update(replayed=False, why_not=(
             f"{workload.expected_requests:,.0f} requests are more than the {spec.fallback_max_requests:,} the "
-            "fallback column replays request by request: pick fewer days (--days) for it"))
+            "fallback column replays request by request: "
+            + ("the incident's window is too busy for it" if spec.what_if else "pick fewer days (--days) for it")))
     return note
 
 
@@ -728,9 +741,18 @@ def what_if(report: Report, spec: ReportSpec, scored_s: float) -> dict[str, Any]
                 "would_have_met": met, "newly_missed": newly, "slo_attainment": attainment,
                 "extra_cost_usd": round(cost - ran_cost, 2), "extra_cost_usd_per_month": extra_month,
                 "line": what_if_line(row.warm_pool_pct, on_fallback, missed, met, newly, extra_month,
-                                     spec.fallback.profile.model if spec.fallback else ""),
+                                     spec.fallback.profile.model if spec.fallback else "", spec.peak_basis),
             })
     missed_total = int(round(float(ran.misses.sum())))
+    if spec.peak_basis == "day-peak" and spec.base_warm_pct:
+        ran_setting = f"what the pool runs (its {spec.base_warm_pct:g} % warm pool, no standing floor)"
+    else:
+        ran_setting = f"the current {current:g} %"
+    left_out = ""
+    if spec.fallback is not None and spec.fallback.live and not ran_with_fallback:
+        why = (report.fallback or {}).get("why_not") or "its column was not replayed"
+        left_out = (f" The incident ran with the fallback model {spec.fallback.profile.model}, which this replay "
+                    f"leaves out ({why}): what ran is replayed without it.")
     best = max(alternatives, key=lambda a: (a["would_have_met"] - a["newly_missed"], -a["extra_cost_usd"]),
                default=None)
     return {
@@ -743,7 +765,7 @@ def what_if(report: Report, spec: ReportSpec, scored_s: float) -> dict[str, Any]
         # whose floor rises with the peak, the price of holding it at this traffic all month.
         "cost_basis": "the window's extra on-demand cost, run for 30 days",
         "summary": (f"In the replay of the incident, {missed_total:,} of {ran_row.requests:,} requests missed the SLO "
-                    f"at the current {current:g} %{' with the fallback' if ran_with_fallback else ''}."
+                    f"at {ran_setting}{' with the fallback' if ran_with_fallback else ''}." + left_out
                     + (f" Best alternative: {best['line']}" if best and best["would_have_met"] > best["newly_missed"]
                        else " No alternative setting would have had fewer requests miss it"
                        + (" (some save a few and lose others: see each line)."
@@ -752,9 +774,10 @@ def what_if(report: Report, spec: ReportSpec, scored_s: float) -> dict[str, Any]
 
 
 def what_if_line(warm_pct: float, on_fallback: bool, missed: int, met: int, newly: int, extra_usd_per_month: float,
-                 fallback_model: str = "") -> str:
+                 fallback_model: str = "", peak_basis: str = "forecast") -> str:
     """'With a warm pool of 30 %, 412 of the 530 requests that missed the SLO would have met it, for $1,200/month more.'"""
-    setting = f"a warm pool of {warm_pct:g} % of the expected peak"
+    setting = f"a warm pool of {warm_pct:g} % of " + (
+        "the peak of the last 24 hours" if peak_basis == "day-peak" else "the expected peak")
     if on_fallback:
         setting += f" and the fallback model{f' {fallback_model}' if fallback_model else ''}"
     money = (f"for ${extra_usd_per_month:,.0f}/month more" if extra_usd_per_month > 0.5 else
@@ -780,8 +803,11 @@ def assess(rows: list[SizeResult], spec: ReportSpec, scored_s: float) -> float |
     meeting = [row for row in rows if row.meets_slo]
     if not meeting:
         return None
-    meeting[0].recommended = True
-    return meeting[0].warm_pool_pct
+    # The cheapest that meets it (the smallest of those alike): a larger size that costs less and meets the
+    # objective too would otherwise sit in the table beside a recommendation it beats on both counts.
+    chosen = min(meeting, key=lambda row: (row.cost_on_demand_usd, row.warm_pool_pct))
+    chosen.recommended = True
+    return chosen.warm_pool_pct
 
 
 def recommendation_sentence(rows: list[SizeResult], recommended: float | None, spec: ReportSpec) -> str:
@@ -802,7 +828,7 @@ def recommendation_sentence(rows: list[SizeResult], recommended: float | None, s
                f"The current setting is {current.warm_pool_pct:g} % "
                f"({'meets' if current.meets_slo else 'misses'} it at {current.slo_attainment:.2%}).")
     flag = " It costs more than the flag threshold above the baseline." if chosen.flagged else ""
-    return (f"Recommended: {chosen.warm_pool_pct:g} % of the expected peak, the smallest size that meets {objective} "
+    return (f"Recommended: {chosen.warm_pool_pct:g} % of the expected peak, the cheapest size that meets {objective} "
             f"({chosen.slo_attainment:.2%}, {chosen.extra_cost_pct:+.1f} % cost, "
             f"${chosen.extra_cost_usd_per_month:,.0f}/month above no warm pool). {verdict}{flag}")
 
@@ -827,15 +853,19 @@ def assumptions(spec: ReportSpec, plan: PoolPlan, workload: Workload) -> list[st
            "what ran);" if spec.peak_basis == "day-peak" and spec.base_warm_pct else "")
         + f" min {spec.min_replicas}, "
         f"max {spec.max_replicas} replicas.",
-        _fallback_sentence(spec),
+        _fallback_sentence(spec, workload),
         "Not modelled: " + "; ".join(NOT_MODELLED) + ".",
     ]
 
 
-def _fallback_sentence(spec: ReportSpec) -> str:
+def _fallback_sentence(spec: ReportSpec, workload: Workload | None = None) -> str:
     if spec.fallback is None:
         return "Fallback: the pool has no fallback model, so the fallback column is empty."
     fallback = spec.fallback
+    note = _fallback_note(spec, workload) if workload is not None else None
+    if note is not None and not note["replayed"]:
+        return (f"Fallback: {fallback.profile.name} ({fallback.profile.model}) is not replayed, so the fallback column "
+                f"is empty: {note['why_not']}.")
     return (f"Fallback: {fallback.profile.name} ({fallback.profile.model}), {fallback.replicas} warm replicas; the "
             "fallback column replays each size request by request with the live fallback step splitting the route "
             f"every tick{'' if spec.mode == 'request' else ' (the other columns are fluid mode: compare its rows with each other)'}"
@@ -932,7 +962,8 @@ def observed_vs_replay(recorded: Recorded, rows: list[SizeResult], current: Minu
     ready = out["ready_replicas_mean"]
     if ready["observed"]:
         ratio = ready["predicted"] / ready["observed"]
-        out["summary"] = (f"The replay of the current {spec.current_pct:g} % ran {ratio:.2f}x the ready replicas the "
+        subject = "what ran" if spec.what_if else f"the current {spec.current_pct:g} %"
+        out["summary"] = (f"The replay of {subject} ran {ratio:.2f}x the ready replicas the "
                           f"pool recorded; typical TTFT p95 {out['ttft_p95_ms_median']['predicted']} ms predicted vs "
                           f"{out['ttft_p95_ms_median']['observed']} ms observed.")
     return out

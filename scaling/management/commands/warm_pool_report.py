@@ -47,8 +47,8 @@ def table(result: dict[str, Any]) -> str:
         spot = "-" if row["cost_spot_usd"] is None else f"{row['cost_spot_usd']:,.0f}"
         lines.append((f"{row['warm_pool_pct']:g}", f"{row['gpu_hours']:,.1f}", f"{row['cost_on_demand_usd']:,.0f}", spot,
                       f"{row['extra_cost_pct']:+.1f}", f"{row['extra_cost_usd_per_month']:+,.0f}",
-                      f"{row['ttft_p95_ms']:,.0f} / {row['ttft_p99_ms']:,.0f}",
-                      f"{row['e2e_p95_ms']:,.0f} / {row['e2e_p99_ms']:,.0f}", f"{row['slo_attainment']:.2%}",
+                      f"{_ms(row['ttft_p95_ms'])} / {_ms(row['ttft_p99_ms'])}",
+                      f"{_ms(row['e2e_p95_ms'])} / {_ms(row['e2e_p99_ms'])}", f"{row['slo_attainment']:.2%}",
                       f"{row['cold_start_requests']:,}", worst, marks))
     if (result.get("fallback") or {}).get("replayed"):  # the fallback column: SLO met, share on it, +$/month
         lines[0] = (*header[:-1], "with fallback: SLO met / share / +$/month", "")
@@ -59,6 +59,11 @@ def table(result: dict[str, Any]) -> str:
         header = lines[0]
     widths = [max(len(line[column]) for line in lines) for column in range(len(header))]
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
+
+
+def _ms(value: float | None) -> str:
+    """A latency, or "-" where the replay had none to measure (stored as null)."""
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def _at(seconds: float, result: dict[str, Any]) -> str:
