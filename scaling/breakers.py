@@ -325,6 +325,7 @@ def advance(now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     counts = {"evaluated": 0, "errors": 0}
     system = [0, 0]  # requests and failures over every pool read
+    unread: list[str] = []  # clusters whose counts could not be read: the fleet's total is not known
     by_cluster: dict[int, list[Pool]] = {}
     for pool in Pool.objects.select_related("cluster", "team").order_by("pk"):
         by_cluster.setdefault(pool.cluster_id, []).append(pool)
@@ -334,6 +335,7 @@ def advance(now: datetime | None = None) -> dict[str, int]:
         except Exception:  # noqa: BLE001 - logged; the next beat reads again
             counts["errors"] += 1
             logger.exception("reading endpoint counts of cluster %s failed", pools[0].cluster)
+            unread.append(pools[0].cluster.name)
             continue
         for pool in pools:
             if pool.pk not in read:
@@ -347,6 +349,10 @@ def advance(now: datetime | None = None) -> dict[str, int]:
             except Exception:  # noqa: BLE001
                 counts["errors"] += 1
                 logger.exception("evaluating the breakers of %s failed", pool)
-    if counts["evaluated"]:
+    if counts["evaluated"] and unread:
+        # The system breaker judges the whole fleet: the clusters read are not it (a small cluster's 1 % would
+        # open it and send every pool to its fallback). No verdict until every cluster is read.
+        logger.warning("the system breaker is not evaluated: the counts of %s could not be read", ", ".join(unread))
+    elif counts["evaluated"]:
         evaluate_system(engine.WindowCounts(*system), now)
     return counts

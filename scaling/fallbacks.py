@@ -522,6 +522,11 @@ def activate(pool: Pool, share: float, actor: core.Actor, comment: str = "",
         raise InvalidFallback("share", f"share must be above 0 and at most 1; got {share}.")
     policy = _policy_for(pool)
     _check_may_act(actor, policy.pool, policy.pool.fallback_pool)
+    ready = pool_signals(policy.pool.fallback_pool, timezone.now()).ready_replicas
+    if ready.is_known and not ready.value:
+        # Known to be empty: the route would send the share to a backend with nothing behind it (an outage).
+        raise FallbackConflict(f"Fallback pool {policy.pool.fallback_pool} has 0 ready replicas (read {ready.age_s:.0f} s "
+                               f"ago): it cannot serve {share:.0%} of {pool}'s traffic; scale it up first.")
     with transaction.atomic():
         policy = _locked_policy(pool.pk)
         activation = _open(pool)

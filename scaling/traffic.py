@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from dataclasses import replace
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -105,6 +106,8 @@ def progress_of(shift: TrafficShift) -> shifting.Progress:
 def _store_progress(shift: TrafficShift, progress: shifting.Progress) -> None:
     shift.good_step, shift.failed_checks = progress.good_step + 1, progress.failed_checks
     shift.no_data_since = _at(progress.no_data_since_s)
+    if progress.step_since_s != _seconds(shift.step_since):  # a hold the guard could not see is held again
+        shift.step_since = _at(progress.step_since_s)
 
 
 def _last_signals(pool: Pool, now: datetime) -> dict[str, Any]:
@@ -385,6 +388,26 @@ def _decide(shift: TrafficShift, now: datetime) -> None:
         shift.save()
 
 
+def _guard_while_writing(shift: TrafficShift, now: datetime) -> None:
+    """A locked shift whose step's write is retried (it failed on an earlier tick): the previous step's traffic
+    is still on the receiving pool, so the guard keeps counting, and at the threshold the shift rolls back instead
+    of retrying the write onto a failing pool."""
+    spec, on_route = spec_of(shift), replace(progress_of(shift), step=shift.step - 2)
+    decision = shifting.decide_while_writing(spec, on_route, guard_reading(shift, now), now.timestamp())
+    previous_failed = shift.failed_checks
+    _store_progress(shift, decision.progress)
+    shift.last_check = {"outcome": decision.check.outcome, "detail": decision.check.detail,
+                        "decision": decision.action, "why": decision.detail, "at": now.isoformat()}
+    if shift.failed_checks > previous_failed:
+        _event(shift, shift.phase, AUTO, f"check failed ({shift.failed_checks} of {shift.failure_threshold}): "
+                                         f"{decision.check.detail}", failed_checks=shift.failed_checks)
+    if decision.action == shifting.ROLL_BACK:
+        shift.rollback_step = shifting.rollback_target(replace(decision.progress, step=shift.step - 2)) + 1
+        _transition(shift, ShiftPhase.ROLLING_BACK, AUTO, decision.detail)
+    else:
+        shift.save()
+
+
 def _finish_write(shift_id: int, expected_phase: str, step: int, outcome_weights: dict[str, int], wrote: bool,
                   conflicts: int, now: datetime) -> TrafficShift:
     """Record a confirmed write, unless another worker already did."""
@@ -477,6 +500,8 @@ def tick(shift_id: int, router: Router | None = None, now: datetime | None = Non
             return shift
         if shift.phase not in (ShiftPhase.STEPPING, ShiftPhase.ROLLING_BACK):
             _decide(shift, now)
+        elif shift.phase == ShiftPhase.STEPPING and shift.last_error:
+            _guard_while_writing(shift, now)  # the step's write failed before: its retry waits on the guard
         if shift.phase == ShiftPhase.ROLLING_BACK and shift.step == 0:
             # Nothing was moved: the route still has the weights it started with.
             _transition(shift, ShiftPhase.ROLLED_BACK, AUTO, "nothing had moved: no weights to restore")

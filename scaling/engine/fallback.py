@@ -400,6 +400,13 @@ def fallback_step(
     age, adds a demand that does not lag: `queue_arrival_rps`). Arriving replicas are expected ready one
     p95 cold start after they were requested, as the planner credits them.
     """
+    if not breaker_open and (blind := _blind(signals, plan, state)):
+        # Unknown is never zero: unknown ready replicas read as none would send the whole route to the fallback,
+        # and a return stepped down blind could bring the traffic home onto a primary still overloaded.
+        held = replace(state, calm_since_s=None,
+                       step_since_s=now_s if state.phase == RESTORING else state.step_since_s)
+        return FallbackDecision(state.share if state.phase != INACTIVE else 0.0, state.phase,
+                                (f"{blind}: nothing moves until it is known again",), held)
     ready = _value(signals.ready_replicas)
     desired = _value(signals.desired_replicas)
     return decide_fallback(
@@ -425,6 +432,16 @@ def fallback_step(
         policy,
         state,
     )
+
+
+def _blind(signals: PoolSignals, plan: PoolPlan, state: FallbackState) -> str:
+    """Why the primary's picture is too incomplete to move its traffic ('' when it is not). A failing breaker is
+    not blind: it acts on what the pods answered."""
+    if not signals.ready_replicas.is_known:
+        return "the primary's ready replicas are unknown (no recent read of its Deployment)"
+    if state.phase == RESTORING and not getattr(signals, plan.slo_signal).is_known:
+        return f"the primary's {plan.slo_signal} is unknown during the return"
+    return ""
 
 
 def with_route_demand(primary: PoolSignals, fallback_rate: Reading) -> PoolSignals:

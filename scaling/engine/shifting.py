@@ -199,8 +199,19 @@ def rollback_target(progress: Progress) -> int:
     return min(progress.good_step, progress.step - 1)
 
 
+def _unblinded(progress: Progress, now_s: float) -> Progress:
+    """Data is back after a gap: the part of the current step's hold the guard could not see does not count
+    towards the hold (a step unseen for its whole hold is not passed by the first reading after it)."""
+    if progress.no_data_since_s is None or progress.step_since_s is None:
+        return progress
+    blind_s = now_s - max(progress.no_data_since_s, progress.step_since_s)
+    return replace(progress, step_since_s=progress.step_since_s + blind_s) if blind_s > 0 else progress
+
+
 def _count(spec: ShiftSpec, progress: Progress, check: Check, now_s: float) -> tuple[Progress, Check]:
     """Fold one check into the counters: a failure counts; no data counts once past its deadline."""
+    if check.outcome != "no_data":
+        progress = _unblinded(progress, now_s)
     if check.outcome == "pass":
         return replace(progress, no_data_since_s=None), check
     if check.outcome == "fail":
@@ -221,6 +232,21 @@ def next_move(spec: ShiftSpec, progress: Progress, step: int, reading: GuardRead
     if shortfall:
         return WAIT_CAPACITY, shortfall
     return START_STEP, f"step {step + 1}: {spec.steps[step]} % to the receiving pool"
+
+
+def decide_while_writing(spec: ShiftSpec, progress: Progress, reading: GuardReading, now_s: float) -> TickDecision:
+    """A tick while the next step's write waits to be retried (the router failing): `progress.step` is the step
+    whose weights are on the route. Its traffic is still guarded, and a failing guard rolls back (to the last good
+    step before it) rather than have the retried write put more traffic on a failing pool; nothing else moves."""
+    if progress.step < 0:  # nothing moved yet: nothing to guard
+        return TickDecision(HOLD, progress, Check("pass", "no traffic moved yet"), "the step's write is retried")
+    progress, check = _count(spec, progress, check_guard(spec, reading), now_s)
+    if progress.failed_checks >= spec.failure_threshold:
+        return TickDecision(ROLL_BACK, progress, check,
+                            f"{progress.failed_checks} failed checks (threshold {spec.failure_threshold}) while step "
+                            f"{progress.step + 2}'s write was retried: {check.detail}")
+    return TickDecision(HOLD, progress, check, f"step {progress.step + 2}'s write is retried; the guard watches step "
+                                               f"{progress.step + 1}")
 
 
 def decide_tick(spec: ShiftSpec, progress: Progress, reading: GuardReading, now_s: float) -> TickDecision:

@@ -225,6 +225,26 @@ def test_fallback_step_reads_the_plans_slo_signal_and_credits_arriving_at_the_co
     assert p95_only.phase == INACTIVE  # the plan judges by p99, which is fine here
 
 
+def test_unknown_ready_replicas_move_nothing_and_a_blind_return_holds():
+    """Unknown is never zero: read as none ready, the overloaded-looking primary sent the whole route away."""
+    plan = PoolPlan(capacity_rps_per_replica=10.0, max_replicas=40, slo_latency_s=1.0)
+    unknown_ready = PoolSignals(pool="chat", ttft_p95_s=Reading(2.0, 1.0), ready_replicas=Reading(None, 300.0))
+    policy = replace(POLICY, entry_after_s=0.0)
+    kwargs = dict(demand_rps=150.0, eligible_share=1.0)
+    assert fallback_step(100.0, unknown_ready, plan, FallbackState(), policy, **kwargs).phase == INACTIVE
+    active = FallbackState(phase=ACTIVE, share=0.4, since_s=0.0)
+    held = fallback_step(100.0, unknown_ready, plan, active, policy, **kwargs)
+    assert (held.phase, held.share) == (ACTIVE, 0.4) and "unknown" in held.reasons[0]
+    # During the return, the SLO signal unknown holds the step where it is, and restarts its hold.
+    returning = FallbackState(phase=RESTORING, share=0.25, since_s=0.0, return_from=0.5, return_step=1, step_since_s=10.0)
+    blind = PoolSignals(pool="chat", ttft_p95_s=Reading(None, 300.0), ready_replicas=Reading(20, 1.0))
+    step = fallback_step(100.0, blind, plan, returning, policy, **kwargs)
+    assert (step.phase, step.share, step.state.step_since_s) == (RESTORING, 0.25, 100.0)
+    # A breaker that says the primary fails as a whole acts on what its pods answered.
+    assert fallback_step(100.0, unknown_ready, plan, FallbackState(), policy, breaker_open="every replica failing",
+                         **kwargs).phase == ACTIVE
+
+
 # --- circuit breakers (scaling/engine/breakers.py `fallback_picture`) ---------------------------------
 
 
