@@ -118,7 +118,10 @@ def shift_text(event: TrafficShiftEvent) -> str | None:
         by = _by(started.actor_name, started.channel) if started else _by(event.actor_name, event.channel)
         return f"{subject} was rolled back{by}: {_detail(event.comment)}.{why}"
     if event.to_phase == ShiftPhase.FAILED:
-        return f"{subject} failed and moves no more traffic: {_detail(event.comment)}."
+        # It leaves the route where it was, which is what the on-call must check or move by hand.
+        weights = ", ".join(f"{backend} {weight}" for backend, weight in (shift.current_weights or {}).items())
+        left = f" Headroom last confirmed the route at {weights}: check its weights." if weights else ""
+        return f"{subject} failed and moves no more traffic: {_detail(event.comment)}.{left}"
     number = event.step + 1
     share = shift.steps[number - 1] if 0 < number <= len(shift.steps) else "?"
     return f"{subject} waits for an operator's approval before step {number} ({share} % to {shift.to_pool.name})."

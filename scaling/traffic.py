@@ -435,6 +435,7 @@ def _fail_write(shift_id: int, expected_phase: str, step: int, exc: Exception) -
         shift = _locked(shift_id)
         if shift.phase != expected_phase or shift.step != step:
             return shift
+        repeated = shift.last_error == message
         shift.last_error = message
         if isinstance(exc, DriverError) and exc.permanent:
             reason = "the route changed under the shift: nothing written" if isinstance(exc, RoutePremiseChanged) \
@@ -442,7 +443,8 @@ def _fail_write(shift_id: int, expected_phase: str, step: int, exc: Exception) -
             _transition(shift, ShiftPhase.FAILED, AUTO, f"{reason}: {message}")
         else:
             shift.save(update_fields=["last_error", "updated_at"])
-            _event(shift, shift.phase, AUTO, f"write failed, retried next tick: {message}")
+            if not repeated:  # one event per failure, not one a tick while it lasts
+                _event(shift, shift.phase, AUTO, f"write failed, retried next tick: {message}")
     return shift
 
 

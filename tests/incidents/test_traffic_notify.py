@@ -218,13 +218,15 @@ def test_the_sentences_for_a_gate_and_a_failure() -> None:
     from scaling.models import TrafficShift
 
     giving, receiving = Pool(name="chat-8b"), Pool(name="chat-8b-warm")
-    shift = TrafficShift(pk=9, from_pool=giving, to_pool=receiving, route_name="r", steps=[80, 95, 100])
+    shift = TrafficShift(pk=9, from_pool=giving, to_pool=receiving, route_name="r", steps=[80, 95, 100],
+                         current_weights={"chat-8b": 20, "chat-8b-warm": 80})
     gate = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.HOLDING, to_phase=ShiftPhase.WAITING_APPROVAL, step=1)
     assert traffic_notify.shift_text(gate) == ("Traffic shift #9 from pool chat-8b to pool chat-8b-warm (route r) waits "
                                                "for an operator's approval before step 2 (95 % to chat-8b-warm).")
     failed = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.STEPPING, to_phase=ShiftPhase.FAILED, step=2,
                                comment="the route changed under the shift: nothing written")
     assert traffic_notify.shift_text(failed).endswith("failed and moves no more traffic: the route changed under the "
-                                                      "shift: nothing written.")
+                                                      "shift: nothing written. Headroom last confirmed the route at "
+                                                      "chat-8b 20, chat-8b-warm 80: check its weights.")
     holding = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.STEPPING, to_phase=ShiftPhase.HOLDING, step=2)
     assert traffic_notify.shift_text(holding) is None  # each step is on the shift's card, not in the channel

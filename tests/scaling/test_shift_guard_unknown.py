@@ -85,6 +85,8 @@ def test_the_guard_watches_while_a_steps_write_is_retried_and_rolls_back_instead
         guard(pools, now)
         shift = traffic.tick(shift.pk, router=router, now=now)
     assert (shift.phase, shift.step) == (ShiftPhase.STEPPING, 2) and "503" in shift.last_error
+    # The same failure on every tick is one event, not one a tick.
+    assert shift.events.filter(comment__startswith="write failed").count() == 1
     for _ in range(4):  # meanwhile the receiving pool, carrying 80 %, goes over its guard
         now += timedelta(seconds=15)
         guard(pools, now, p95=5.0)
