@@ -134,7 +134,7 @@ def guard_reading(shift: TrafficShift, now: datetime) -> shifting.GuardReading:
     return shifting.GuardReading(
         p95_s=receiving.get("ttft_p95_s"), error_rate=receiving.get("error_rate"), ready_replicas=ready,
         route_rps=sum(rates) if None not in rates else None,  # type: ignore[arg-type]
-        replica_capacity_rps=learned or shift.to_pool.replica_capacity_rps,
+        replica_capacity_rps=learned or shift.to_pool.replica_capacity_rps, max_replicas=shift.to_pool.max_replicas,
     )
 
 

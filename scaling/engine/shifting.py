@@ -143,6 +143,7 @@ class GuardReading:
     ready_replicas: int | None = None
     route_rps: float | None = None  # what both backends serve together
     replica_capacity_rps: float | None = None  # one receiving replica's capacity at the SLO
+    max_replicas: int | None = None  # the receiving pool's ceiling
 
 
 @dataclass(frozen=True)
@@ -188,8 +189,13 @@ def capacity_shortfall(spec: ShiftSpec, step: int, reading: GuardReading) -> str
     if needed is None or reading.ready_replicas is None:
         return "the route's request rate or the receiving pool's ready replicas are unknown"
     if reading.ready_replicas < needed:
-        return (f"step {step + 1} ({spec.steps[step]} %) needs {needed} ready replicas, "
-                f"the receiving pool has {reading.ready_replicas}")
+        short = (f"step {step + 1} ({spec.steps[step]} %) needs {needed} ready replicas, "
+                 f"the receiving pool has {reading.ready_replicas}")
+        if reading.max_replicas is not None and needed > reading.max_replicas:
+            # It would wait for ever, holding the route from fallbacks and the giving pool from scaling down.
+            short += (f" and may run at most {reading.max_replicas}: at this traffic it never will; raise its "
+                      "max_replicas, or roll the shift back")
+        return short
     return ""
 
 

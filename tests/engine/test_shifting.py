@@ -113,6 +113,16 @@ def test_one_tick(name, progress, reading, now, action, next_step, failed) -> No
     assert (decision.action, decision.next_step, decision.progress.failed_checks) == (action, next_step, failed), name
 
 
+def test_a_step_beyond_the_receiving_pools_ceiling_says_it_never_comes() -> None:
+    """95 % of 10 req/s at 5 req/s per replica needs 2: under a ceiling of 1 the wait would last for ever."""
+    decision = shifting.decide_tick(SPEC, HOLDING_1, replace(GOOD, ready_replicas=1, max_replicas=1), 1060.0)
+    assert decision.action == shifting.WAIT_CAPACITY
+    assert decision.detail.endswith("and may run at most 1: at this traffic it never will; raise its max_replicas, "
+                                    "or roll the shift back")
+    reachable = shifting.decide_tick(SPEC, HOLDING_1, replace(GOOD, ready_replicas=1, max_replicas=4), 1060.0)
+    assert "never" not in reachable.detail
+
+
 def test_it_counts_no_data_from_when_it_started() -> None:
     first = shifting.decide_tick(SPEC, HOLDING_1, NO_DATA, 1010.0)
     assert first.progress.no_data_since_s == 1010.0 and first.check.outcome == "no_data"
