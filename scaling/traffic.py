@@ -358,10 +358,8 @@ def _weights_at(shift: TrafficShift, step: int) -> dict[str, int]:
     return {shift.from_backend: full[shift.from_backend], shift.to_backend: full[shift.to_backend]}
 
 
-def _decide(shift: TrafficShift, now: datetime) -> None:
-    """Check the guard and decide this tick, on a locked shift whose weights are on the route."""
-    spec = spec_of(shift)
-    decision = shifting.decide_tick(spec, progress_of(shift), guard_reading(shift, now), now.timestamp())
+def _record_check(shift: TrafficShift, decision: shifting.TickDecision, now: datetime) -> None:
+    """Keep a tick's guard check on the locked shift; a failed one is an event too."""
     previous_failed = shift.failed_checks
     _store_progress(shift, decision.progress)
     shift.last_check = {"outcome": decision.check.outcome, "detail": decision.check.detail,
@@ -369,6 +367,12 @@ def _decide(shift: TrafficShift, now: datetime) -> None:
     if shift.failed_checks > previous_failed:
         _event(shift, shift.phase, AUTO, f"check failed ({shift.failed_checks} of {shift.failure_threshold}): "
                                          f"{decision.check.detail}", failed_checks=shift.failed_checks)
+
+
+def _decide(shift: TrafficShift, now: datetime) -> None:
+    """Check the guard and decide this tick, on a locked shift whose weights are on the route."""
+    decision = shifting.decide_tick(spec_of(shift), progress_of(shift), guard_reading(shift, now), now.timestamp())
+    _record_check(shift, decision, now)
     action, paused = decision.action, shift.phase == ShiftPhase.PAUSED
     if action == shifting.ROLL_BACK:
         if paused:
@@ -392,15 +396,9 @@ def _guard_while_writing(shift: TrafficShift, now: datetime) -> None:
     """A locked shift whose step's write is retried (it failed on an earlier tick): the previous step's traffic
     is still on the receiving pool, so the guard keeps counting, and at the threshold the shift rolls back instead
     of retrying the write onto a failing pool."""
-    spec, on_route = spec_of(shift), replace(progress_of(shift), step=shift.step - 2)
-    decision = shifting.decide_while_writing(spec, on_route, guard_reading(shift, now), now.timestamp())
-    previous_failed = shift.failed_checks
-    _store_progress(shift, decision.progress)
-    shift.last_check = {"outcome": decision.check.outcome, "detail": decision.check.detail,
-                        "decision": decision.action, "why": decision.detail, "at": now.isoformat()}
-    if shift.failed_checks > previous_failed:
-        _event(shift, shift.phase, AUTO, f"check failed ({shift.failed_checks} of {shift.failure_threshold}): "
-                                         f"{decision.check.detail}", failed_checks=shift.failed_checks)
+    on_route = replace(progress_of(shift), step=shift.step - 2)
+    decision = shifting.decide_while_writing(spec_of(shift), on_route, guard_reading(shift, now), now.timestamp())
+    _record_check(shift, decision, now)
     if decision.action == shifting.ROLL_BACK:
         shift.rollback_step = shifting.rollback_target(replace(decision.progress, step=shift.step - 2)) + 1
         _transition(shift, ShiftPhase.ROLLING_BACK, AUTO, decision.detail)

@@ -22,23 +22,10 @@ from scaling.drivers.cluster import DriverError, ScaleOutcome, ScalePremise, Wor
 from scaling.drivers.kubernetes import KubernetesDriver
 from scaling.models import Proposal
 
+from tests.scaling.test_safety import _DiesAfterWriting
 from tests.scaling.world import NS, approved, apps, audits, replicas, set_replicas, stop_controller
 
 HPA, SCALED_OBJECT = "chat-hpa", "chat-so"
-
-
-class _DiesAfterWriting:
-    """The real write lands, then the worker is killed before it hears the answer."""
-
-    def __init__(self, url: str) -> None:
-        self.real = KubernetesDriver(url)
-
-    def generation(self, workload: Workload) -> int | None:
-        return self.real.generation(workload)
-
-    def scale(self, workload: Workload, replicas: int, premise: ScalePremise | None = None) -> ScaleOutcome:
-        self.real.scale(workload, replicas, premise)
-        raise SystemExit("worker killed")
 
 
 class _UnavailableOnce(_DiesAfterWriting):
