@@ -123,8 +123,7 @@ def read_cluster(cluster: Cluster, pools: list[Pool], now: datetime) -> tuple[di
             if isinstance(exc, DriverError) and exc.status is None and not exc.permanent:  # a timeout, a refused connection
                 unanswered = f"the API server did not answer {pool}'s read ({exc})"
             continue
-        services.record_status(pool, status, now)
-        services.check_scalable(pool, driver, now)
+        services.check_scalable(pool, services.record_status(pool, status, now), driver, now)
         fresh = lambda value: Reading(float(value), 0.0)  # noqa: E731 - read just now
         signals[pool.pk] = replace(
             signals[pool.pk], ready_replicas=fresh(status.ready), desired_replicas=fresh(status.desired),

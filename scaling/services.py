@@ -795,23 +795,21 @@ def advance(now: datetime | None = None) -> dict[str, int]:
     return counts
 
 
-def record_status(pool: Pool, status: ReplicaStatus, now: datetime) -> None:
+def record_status(pool: Pool, status: ReplicaStatus, now: datetime) -> PoolStatus:
     """Keep what a read of the cluster found: the replica counts and the --max-num-seqs its template states."""
-    PoolStatus.objects.update_or_create(pool=pool, defaults={
+    stored, _ = PoolStatus.objects.update_or_create(pool=pool, defaults={
         "desired_replicas": status.desired, "ready_replicas": status.ready, "batch_slots": status.batch_slots,
         "observed_at": now})
+    return stored
 
 
-def check_scalable(pool: Pool, driver: ClusterDriver, now: datetime) -> None:
+def check_scalable(pool: Pool, status: PoolStatus, driver: ClusterDriver, now: datetime) -> None:
     """Find out, before a surge needs a write, whether the pool's scaling target would refuse one.
 
     Checked every SCALABLE_CHECK_S and at once when the pool's scaling target changed. A refusal is kept on the
-    pool's status (the pool page, the API and the `cannot_scale` alert show it with its fix); a check that
+    pool's `status` (the pool page, the API and the `cannot_scale` alert show it with its fix); a check that
     could not be made keeps what the last one found."""
     decided = decided_workload(pool)
-    status = PoolStatus.objects.filter(pool=pool).only("scale_checked_at", "scale_checked_for").first()
-    if status is None:
-        return
     if (status.scale_checked_at is not None and status.scale_checked_for == decided
             and (now - status.scale_checked_at).total_seconds() < SCALABLE_CHECK_S):
         return

@@ -107,6 +107,6 @@ def test_a_check_that_could_not_be_made_keeps_what_the_last_one_found(kube_pool:
     settings.PROMETHEUS_ENABLED = False
     _hpa(kube)
     found = _read(kube_pool, NOW).scale_refusal
-    services.check_scalable(kube_pool, _Unanswered(), NOW + timedelta(hours=1))
+    services.check_scalable(kube_pool, PoolStatus.objects.get(pool=kube_pool), _Unanswered(), NOW + timedelta(hours=1))
     status = PoolStatus.objects.get(pool=kube_pool)
     assert status.scale_refusal == found and status.scale_checked_at == NOW
