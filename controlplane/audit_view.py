@@ -64,7 +64,9 @@ KINDS: dict[str, ObjectKind] = {
                                      ("pool",)),
     "incidents.playbookrun": ObjectKind(
         "Playbook run", lambda run: reverse("incidents:incident-view", args=[run.incident_id]) + "#playbooks"),
-    "incidents.playbook": ObjectKind("Playbook", lambda playbook: reverse("incidents:playbook-edit", args=[playbook.pk])),
+    # The playbooks page, which the whole team reads (its edit form is for operators), as a save lands there.
+    "incidents.playbook": ObjectKind("Playbook",
+                                     lambda playbook: reverse("incidents:playbooks") + f"#playbook-{playbook.pk}"),
     "incidents.channel": ObjectKind("Notification channel", lambda channel: reverse("incidents:channels")),
     "incidents.silence": ObjectKind("Silence", lambda silence: reverse("incidents:alerts")),
     "incidents.slackidentity": ObjectKind("Slack link", lambda identity: reverse("incidents:user-settings")),

@@ -27,6 +27,7 @@ urlpatterns = [
     path("playbooks/new/", views.playbook_edit, name="playbook-create"),
     path("playbooks/<int:pk>/edit/", views.playbook_edit, name="playbook-edit"),
     path("settings/", views.user_settings, name="user-settings"),
-    # The app's REST resources sit beside the core ones under /api/v1/ (one router per app).
-    path("api/v1/", include("incidents.api.urls")),
+    # The app's REST resources sit beside the core ones under /api/v1/ (one router per app), in a namespace of their
+    # own: the router's names (incident-what-if, channel-enable) would otherwise shadow the pages' in {% url %}.
+    path("api/v1/", include(("incidents.api.urls", "api"))),
 ]

@@ -80,6 +80,15 @@ class TeamSlugField(serializers.SlugRelatedField):
             self.fail("invalid")
         return super().to_internal_value(data)
 
+    def get_choices(self, cutoff: int | None = None) -> dict[str, str]:
+        """The teams a form offers (the browsable API's): the caller's own, unless the field names any team
+        (`scoped = False`). A slug typed in is still read, so a write to another team is refused saying why."""
+        teams = self.get_queryset()
+        request = self.context.get("request")
+        if getattr(self, "scoped", True) and request is not None:
+            teams = permissions.scoped(teams, request.user)
+        return {self.to_representation(team): self.display_value(team) for team in teams[:cutoff]}
+
 
 class AnyTeamSlugField(TeamSlugField):
     """Any team by its slug, not only the caller's own: the teams a cluster is shared with."""
