@@ -363,5 +363,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"], "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # urllib3 logs each request line at DEBUG, and a webhook's path and query are its secret.
-    "loggers": {"urllib3": {"level": "WARNING"}},
+    "loggers": {"urllib3": {"level": "WARNING"},
+                # Tasks run in-process (the demo, no workers): Celery would log each one's success, a dozen
+                # lines a tick, between the lines that tell what happens. A worker's log keeps them.
+                **({"celery.app.trace": {"level": "WARNING"}} if CELERY_TASK_ALWAYS_EAGER else {})},
 }

@@ -23,7 +23,6 @@ simulator under both policies, to show how far the simulator agrees with the emu
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import threading
 import time
@@ -143,8 +142,6 @@ def run(options: HeadlessOptions, progress: Progress) -> dict[str, Any]:
 
     from sandbox.registration import register, retire_previous
 
-    # Eager Celery logs every task it runs; the progress lines are what a reader wants on stderr.
-    logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
     progress(retire_previous())
     on_call = User.objects.get(username=ON_CALL_USER)
     approved_by_on_call: set[int] = set()

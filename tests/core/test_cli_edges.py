@@ -207,3 +207,14 @@ def test_demo_refuses_numbers_that_are_not_finite_or_out_of_range(previous_sandb
 def test_sandbox_refuses_numbers_that_are_not_finite_or_out_of_range(args: list[str], message: str) -> None:
     with pytest.raises(CommandError, match=message):
         run("sandbox", "--no-prometheus", *args)
+
+
+def test_tasks_run_in_process_do_not_log_each_success(db, caplog) -> None:  # noqa: ANN001
+    """The demo runs Celery's tasks in-process: a line per task success (a dozen a tick) buried its story."""
+    import logging
+
+    from incidents import tasks
+
+    with caplog.at_level(logging.INFO):
+        tasks.dispatch_events.delay()
+    assert not [record for record in caplog.records if record.name == "celery.app.trace"]
