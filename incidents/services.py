@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import ProtectedError
+from django.db.models import ProtectedError, Q
 from django.utils import timezone
 
 from controlplane import metrics
@@ -185,7 +185,8 @@ def due_notifications(now: datetime | None = None, limit: int = 500) -> list[int
     """Pending notifications whose next attempt is due (the retry half of the outbox sweep), oldest first:
     those made in one fan-out share their due time, and go out in the order their events happened."""
     now = now or timezone.now()
-    due = Notification.objects.filter(state=NotificationState.PENDING, next_attempt_at__lte=now, channel__enabled=True)
+    due = Notification.objects.filter(Q(channel__enabled=True) | Q(kind=NotificationKind.REPLY),
+                                      state=NotificationState.PENDING, next_attempt_at__lte=now)
     return list(due.order_by("next_attempt_at", "pk").values_list("pk", flat=True)[:limit])
 
 
@@ -204,7 +205,8 @@ def _claim(notification_id: int, now: datetime) -> Notification | None:
         )
         if notification is None:
             return None
-        if not notification.channel.enabled:
+        # A reply answers a person's click through Slack's response_url, not the channel's broken address.
+        if not notification.channel.enabled and notification.kind != NotificationKind.REPLY:
             _finish(notification, NotificationState.SKIPPED, f"channel disabled: {notification.channel.disabled_reason}")
             return None
         if not integration_enabled(notification.channel.kind):  # switched off since it was queued (a retry)

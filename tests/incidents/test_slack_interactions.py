@@ -219,3 +219,21 @@ BLOCK_ACTIONS = st.fixed_dictionaries({"type": st.just("block_actions")}, option
 def test_it_never_answers_500_to_a_correctly_signed_payload(client, pool: Pool, alice: User,  # noqa: ANN001
                                                            payload: object) -> None:
     assert signed_post(client, payload).status_code == 200  # type: ignore[arg-type]
+
+
+def test_a_click_on_a_switched_off_channels_message_is_still_answered(
+    client, pool: Pool, alice: User, charlie: User, slack_channel: Channel, receiver: Receiver,  # noqa: ANN001
+    django_capture_on_commit_callbacks,  # noqa: ANN001
+) -> None:
+    """The channel's webhook broke and Headroom switched it off; a click on one of its older messages is answered
+    through Slack's response_url, which the broken address does not concern: the person is told what happened."""
+    from incidents import services as notify
+
+    link(charlie, "UCHARLIE")
+    proposal = propose(pool, alice)
+    notify.disable_channel(slack_channel, "Slack answered 404 no_service")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert signed_post(client, click_payload(proposal, slack_channel, "UCHARLIE", receiver.url(RESPONSE))).status_code == 200
+    [reply] = [request.json() for request in receiver.at(RESPONSE)]
+    assert reply["response_type"] == "ephemeral" and reply["text"].startswith("Nothing changed")
+    assert Notification.objects.get(kind=NotificationKind.REPLY).state == "delivered"
