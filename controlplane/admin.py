@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.db import models
 
 from controlplane import services
 from controlplane.forms import AdminLoginForm
@@ -13,7 +14,13 @@ from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Membership, 
 admin.site.login_form = AdminLoginForm  # failed logins are throttled here too
 
 
+# A URL typed without a scheme is read as https: Django 6's default, chosen now.
+URL_FORMFIELDS = {models.URLField: {"assume_scheme": "https"}}
+
+
 class AuditedAdmin(admin.ModelAdmin):
+    formfield_overrides = URL_FORMFIELDS
+
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
         before = services.snapshot(type(obj).objects.get(pk=obj.pk)) if change else None
         # The form's many-to-many (a cluster's sharing) is saved before the record, so the audit shows it.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from controlplane.admin import AuditedAdmin
+from controlplane.admin import URL_FORMFIELDS, AuditedAdmin
 from incidents.models import Alert, Channel, Incident, Notification, Silence, SlackIdentity, SlackInteraction
 
 
@@ -34,6 +34,7 @@ class ChannelAdmin(AuditedAdmin):
 
 @admin.register(Notification)
 class NotificationAdmin(admin.ModelAdmin):
+    formfield_overrides = URL_FORMFIELDS
     list_display = ["created_at", "channel", "kind", "proposal", "state", "attempts", "next_attempt_at", "last_error"]
     list_filter = ["state", "kind"]
     readonly_fields = ["event", "proposal"]
