@@ -30,8 +30,6 @@ from incidents.choices import (
     IncidentState,
 )
 from incidents.models import Alert, Incident, IncidentEvent
-from scaling import report_service
-from scaling.models import WarmPoolReport
 
 AUTO = core.Actor(user=None, channel=ActorChannel.AUTO)
 ACTIVE = sorted(ACTIVE_INCIDENT_STATES)
@@ -252,14 +250,5 @@ def close_drill(incident_id: int, text: str, now: datetime | None = None) -> Non
         core.record(AUTO, IncidentState.RESOLVED, incident, before=before, team=incident.team)
 
 
-def request_what_if(incident: Incident, actor: core.Actor, **options: Any) -> WarmPoolReport:
-    """Replay the incident's window (`report_service.request_what_if`). That service reads an incident without a
-    pool as a system incident; a deleted pool's incident is refused here first, saying what happened."""
-    if incident.pool_deleted:
-        raise report_service.ReportRequestError(
-            f"pool {incident.pool_name} has been deleted, its samples with it: there is nothing to replay", "incident")
-    return report_service.request_what_if(incident, actor, **options)
-
-
 __all__ = ["IncidentConflict", "IncidentError", "InvalidIncidentInput", "Transition", "acknowledge", "add_note", "close_drill",
-           "mitigate", "on_alert_firing", "on_alert_resolved", "request_what_if", "resolve"]
+           "mitigate", "on_alert_firing", "on_alert_resolved", "resolve"]

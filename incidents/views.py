@@ -240,7 +240,7 @@ def incident_what_if(request: HttpRequest, pk: int) -> HttpResponse:
         try:
             if not core.may_act_in(request.user, incident.team, incident.cluster, Role.OPERATOR):
                 raise core.AccessDenied(f"Replays need the operator role in team {incident.team}.")
-            incidents.request_what_if(incident, core.Actor.from_request(request, ActorChannel.WEB))
+            report_service.request_what_if(incident, core.Actor.from_request(request, ActorChannel.WEB))
         except report_service.ReportRequestError as exc:
             return _what_if_answer(request, incident, str(exc), 400)
         except core.AccessDenied as exc:

@@ -178,6 +178,9 @@ def request_what_if(incident: "Incident", actor: core.Actor, *,
     or running, asking again answers that one."""
     from incidents.models import Incident  # incidents depends on scaling, not the other way
 
+    if incident.pool_deleted:
+        raise ReportRequestError(
+            f"pool {incident.pool_name} has been deleted, its samples with it: there is nothing to replay", "incident")
     if incident.pool_id is None:
         raise ReportRequestError("a system incident has no pool whose warm pool could be replayed", "incident")
     if peak_basis not in PeakBasis.values:

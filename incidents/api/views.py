@@ -225,7 +225,7 @@ class IncidentViewSet(ScopedViewMixin, viewsets.ReadOnlyModelViewSet):
         data = incoming.validated_data
         before = incident.what_if_id
         try:
-            report = incidents.request_what_if(
+            report = report_service.request_what_if(
                 incident, self.actor, sizes_pct=tuple(data.get("sizes_pct") or report_service.WHAT_IF_DEFAULT_SIZES_PCT),
                 peak_basis=data["peak_basis"])
         except report_service.ReportRequestError as exc:
