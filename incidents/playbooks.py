@@ -39,8 +39,7 @@ from incidents.choices import (
 )
 from incidents.models import Channel, Incident, Playbook, PlaybookRun, PlaybookRunStep, PlaybookStep
 from scaling import services as scaling, traffic
-from scaling.choices import ACTIVE_STATES as ACTIVE_PROPOSAL_STATES, PRESCALE_TRACK, SHIFT_TERMINAL_PHASES, ProposalKind, \
-    ProposalState, ShiftPhase
+from scaling.choices import SHIFT_TERMINAL_PHASES, ProposalKind, ProposalState, ShiftPhase
 from scaling.models import PlannerMemory, Proposal, ProposalEvent, TrafficShift, TrafficShiftEvent
 
 MAX_STEPS = 30
@@ -160,11 +159,8 @@ def _start_prescale(step: PlaybookRunStep, incident: Incident, actor: core.Actor
     if target <= current:
         raise InvalidPlaybook("step", f"{incident.pool} already runs {current} replicas, its maximum "
                                       f"({incident.pool.max_replicas}) or the warm pool plus the buffer.")
-    # As the control loop does (`scaling.loop.act`): a pre-scale already in flight that asks for at least as much
-    # answers this step. Proposed anyway, it would supersede that one (pending or even approved) by a smaller one.
-    covering = Proposal.objects.filter(pool=incident.pool, kind__in=PRESCALE_TRACK, state__in=ACTIVE_PROPOSAL_STATES,
-                                       target_replicas__gte=target).order_by("-target_replicas", "pk").first()
-    if covering is not None:
+    # As the control loop does: a pre-scale already in flight that asks for at least as much answers this step.
+    if (covering := scaling.covering_prescale(incident.pool, target)) is not None:
         step.proposal = covering
         return
     reasons = [{"code": "playbook", "detail": f"playbook {step.run.playbook_name}, step {step.position}: {step.title}"}]

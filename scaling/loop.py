@@ -354,8 +354,7 @@ def act(pool: Pool, decision: Decision, evidence: dict[str, Any], signals: dict[
     # Only proposals of the same track answer this decision: a pre-scale waiting for a person
     # never stands in for the reactive safety net, nor the other way round.
     if kind in PRESCALE_TRACK:
-        track = Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES, kind__in=PRESCALE_TRACK)
-        if track.filter(target_replicas__gte=target).exists():
+        if services.covering_prescale(pool, target) is not None:
             return []
     elif Proposal.objects.filter(pool=pool, state__in=ACTIVE_STATES, target_replicas=target) \
             .exclude(kind__in=PRESCALE_TRACK).exists():

@@ -24,7 +24,7 @@ from controlplane.choices import Channel, Role
 from controlplane.config import ApprovalPolicy
 from controlplane.errors import ServiceError
 from controlplane.models import Cluster, Pool
-from scaling.choices import ProposalKind, ProposalState, can_move, same_track
+from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState, can_move, same_track
 from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ReplicaStatus, ScalePremise, Workload
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.engine.planner import WARM_FLOOR, PlannerState, PoolPlan, record_scale_event
@@ -110,6 +110,13 @@ def current_replicas(pool: Pool) -> int:
     """What the cluster last said it runs (desired), else the pool's minimum."""
     status = PoolStatus.objects.filter(pool=pool).first()
     return status.desired_replicas if status else pool.min_replicas
+
+
+def covering_prescale(pool: Pool, target: int) -> Proposal | None:
+    """A pre-scale of the pool in flight that asks for at least `target`: it answers a new pre-scale of that size,
+    which proposed anyway would supersede it (pending, or even approved) with a smaller one."""
+    return Proposal.objects.filter(pool=pool, kind__in=PRESCALE_TRACK, state__in=ACTIVE_STATES,
+                                   target_replicas__gte=target).order_by("-target_replicas", "pk").first()
 
 
 def loop_idempotency_key(pool: Pool, kind: str, target: int, now: datetime) -> str:
