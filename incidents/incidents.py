@@ -238,10 +238,20 @@ def add_note(incident_id: int, actor: core.Actor, text: str, *, follow_up: bool 
 
 def close_drill(incident_id: int, text: str, now: datetime | None = None) -> None:
     """A drill's end resolves its incident (the drill, not a person, decides when practice is over)."""
+    _close_by_system(incident_id, text, now, drills_only=True)
+
+
+def close_abandoned(incident_id: int, text: str, now: datetime | None = None) -> None:
+    """Resolve an incident whose world is gone (a retired sandbox's): nobody is left to resolve it, and `text`
+    says why on its timeline."""
+    _close_by_system(incident_id, text, now, drills_only=False)
+
+
+def _close_by_system(incident_id: int, text: str, now: datetime | None, *, drills_only: bool) -> None:
     now = now or timezone.now()
     with transaction.atomic():
         incident = _locked(incident_id)
-        if not incident.is_drill or incident.state not in ACTIVE:
+        if (drills_only and not incident.is_drill) or incident.state not in ACTIVE:
             return
         source, before = incident.state, core.snapshot(incident)
         incident.state, incident.resolved_at = IncidentState.RESOLVED, now
@@ -250,5 +260,5 @@ def close_drill(incident_id: int, text: str, now: datetime | None = None) -> Non
         core.record(AUTO, IncidentState.RESOLVED, incident, before=before, team=incident.team)
 
 
-__all__ = ["IncidentConflict", "IncidentError", "InvalidIncidentInput", "Transition", "acknowledge", "add_note", "close_drill",
-           "mitigate", "on_alert_firing", "on_alert_resolved", "resolve"]
+__all__ = ["IncidentConflict", "IncidentError", "InvalidIncidentInput", "Transition", "acknowledge", "add_note",
+           "close_abandoned", "close_drill", "mitigate", "on_alert_firing", "on_alert_resolved", "resolve"]

@@ -32,17 +32,32 @@ def retire_previous() -> str:
     A sandbox is new on every start: its ports, pods and traffic are gone, so the last run's
     proposals, incidents, alerts and signal history describe nothing that exists. Left in place they
     would show up in the new run's inbox and feed its forecasts; the audit log keeps what was deleted.
+    A run stopped mid-surge leaves an open incident, a fallback or a shift that would hold its pools:
+    they end first, each with why on record, since nothing is left for them to act on.
     """
     from controlplane import services
     from controlplane.choices import Channel
     from controlplane.models import Cluster
+    from incidents import incidents
+    from incidents.choices import ACTIVE_INCIDENT_STATES
+    from scaling import fallbacks, traffic
+    from scaling.choices import FALLBACK_OPEN_PHASES, SHIFT_ACTIVE_PHASES
+    from scaling.models import FallbackActivation
 
     cluster = Cluster.objects.filter(name=CLUSTER_NAME).first()
     if cluster is None:
         return "no previous sandbox"
     actor = services.Actor(user=None, channel=Channel.CLI)
+    gone = "the sandbox it ran on was stopped and is replaced by a new run"
     try:
         with transaction.atomic():
+            for shift_id in cluster.shifts.filter(phase__in=SHIFT_ACTIVE_PHASES).values_list("pk", flat=True):
+                traffic.abandon(shift_id, actor, f"{gone}: its route is gone, nothing written")
+            for activation_id in FallbackActivation.objects.filter(
+                    pool__cluster=cluster, phase__in=FALLBACK_OPEN_PHASES).values_list("pk", flat=True):
+                fallbacks.abandon(activation_id, actor, f"{gone}: its route is gone, nothing written")
+            for incident_id in cluster.incidents.filter(state__in=ACTIVE_INCIDENT_STATES).values_list("pk", flat=True):
+                incidents.close_abandoned(incident_id, f"resolved: {gone}")
             pools = list(cluster.pools.all())
             for pool in pools:  # a pool protects its cluster: pools first
                 services.delete_with_audit(actor, pool)

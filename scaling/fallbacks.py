@@ -394,6 +394,22 @@ def _step_back(activation_id: int, exc: DriverError) -> FallbackActivation:
     return activation
 
 
+def abandon(activation_id: int, actor: core.Actor, reason: str) -> FallbackActivation:
+    """End an open activation whose route is gone with its cluster (a retired sandbox): failed with `reason`,
+    nothing written, the engine's memory of it cleared. An activation already ended is left as it is."""
+    with transaction.atomic():
+        pool_id = FallbackActivation.objects.values_list("pool_id", flat=True).get(pk=activation_id)
+        policy = FallbackPolicy.objects.select_for_update(of=("self",)).filter(pk=pool_id).first()
+        activation = FallbackActivation.objects.select_for_update(of=("self",)).select_related("pool__team") \
+            .get(pk=activation_id)
+        if activation.is_open:
+            _transition(activation, FallbackPhase.FAILED, "failed", actor, reason)
+            if policy is not None:
+                policy.state = _state_dict(engine.FallbackState(since_s=None))
+                policy.save(update_fields=["state", "updated_at"])
+    return activation
+
+
 def _held_entry(pool: Pool, now: datetime) -> FallbackActivation | None:
     """The pool's fallback that failed less than `STEP_BACK_S` ago, which holds automatic entries back."""
     return FallbackActivation.objects.filter(pool=pool, phase=FallbackPhase.FAILED,

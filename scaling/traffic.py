@@ -165,6 +165,16 @@ def _transition(shift: TrafficShift, target: str, actor: core.Actor, comment: st
     core.record(actor, f"shift-{target}", shift, before=before, team=shift.to_pool.team)
 
 
+def abandon(shift_id: int, actor: core.Actor, reason: str) -> TrafficShift:
+    """End an active shift whose route is gone with its cluster (a retired sandbox): failed with `reason`, nothing
+    written, so the pools may be deleted. A shift already ended is left as it is."""
+    with transaction.atomic():
+        shift = _locked(shift_id)
+        if shift.phase in SHIFT_ACTIVE_PHASES:
+            _transition(shift, ShiftPhase.FAILED, actor, reason)
+    return shift
+
+
 def _locked(shift_id: int) -> TrafficShift:
     # of=self: the pools, teams and cluster are read with the row, not locked with it.
     return TrafficShift.objects.select_for_update(of=("self",)).select_related(

@@ -98,3 +98,47 @@ def _answers(url: str) -> bool:
         return requests.get(url, timeout=1).status_code == 200
     except requests.RequestException:
         return False
+
+
+@pytest.mark.django_db
+def test_a_new_run_retires_a_sandbox_left_mid_incident() -> None:
+    """`make demo` stopped with Ctrl-C during the surge leaves an open incident and an active fallback on the
+    sandbox: the next start must still retire it (its pods and route are gone), ending both with a reason on
+    record, instead of refusing to start because the pool is "in trouble"."""
+    from django.utils import timezone
+
+    from controlplane.models import AuditEvent
+    from incidents.models import Incident
+    from sandbox.registration import retire_previous
+    from scaling.choices import FallbackPhase, ShiftPhase
+    from scaling.models import FallbackActivation, TrafficShift
+
+    config = SandboxConfig(pools=1, scenario="idle", cold_start_s=0, prometheus=False, fallback_replicas=1)
+    with Sandbox(config) as sandbox:
+        register(sandbox)
+    cluster = Cluster.objects.get(name="sandbox")
+    primary, spare = (Pool.objects.filter(cluster=cluster, fallback_pool__isnull=False).get(),
+                      Pool.objects.filter(cluster=cluster, fallback_pool__isnull=True).get())
+    Incident.objects.create(pool=primary, team=primary.team, cluster=cluster, severity="P0", title="p99 above 5 s",
+                            opened_at=timezone.now())
+    Incident.objects.create(pool=None, team=primary.team, cluster=cluster, severity="P1",
+                            title="control loop stopped", opened_at=timezone.now())
+    FallbackActivation.objects.create(
+        pool=primary, fallback_pool=spare, route_namespace=primary.namespace, route_name=primary.route_name,
+        primary_backend=primary.route_backend, fallback_backend=spare.route_backend, phase=FallbackPhase.ACTIVE,
+        trigger="auto", share=0.9, target_percent=90, route_percent=90, created_channel="auto")
+    weights = {primary.route_backend: 80, spare.route_backend: 20}
+    TrafficShift.objects.create(
+        cluster=cluster, from_pool=primary, to_pool=spare, route_namespace=primary.namespace,
+        route_name=primary.route_name, from_backend=primary.route_backend, to_backend=spare.route_backend,
+        steps=[20], hold_s=60, max_p95_s=1.0, max_error_rate=0.01, failure_threshold=3, no_data_deadline_s=120,
+        start_weights={primary.route_backend: 100, spare.route_backend: 0}, planned_weights=[weights],
+        current_weights=weights, phase=ShiftPhase.HOLDING, step=0, idempotency_key="left-mid-shift",
+        created_channel="api")
+
+    said = retire_previous()
+
+    assert "removed the previous sandbox" in said, said
+    assert not Cluster.objects.filter(name="sandbox").exists()
+    ended = set(AuditEvent.objects.values_list("action", flat=True))
+    assert {"resolved", "fallback-failed", "shift-failed"} <= ended, ended
