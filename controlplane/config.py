@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import time
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -28,6 +28,47 @@ class OffHoursWindow:
         if at >= self.start:
             return weekday in self.weekdays
         return at < self.end and (weekday - 1) % 7 in self.weekdays
+
+    def contains_instant(self, at: datetime, zone: ZoneInfo) -> bool:
+        """Whether the instant `at` is inside the window on the wall clock of `zone`.
+
+        The wall-clock time decides, with one exception: when the clocks go back, an occurrence that
+        ended on the first pass of the repeated hour does not open again on the second
+        (docs/control-loop.md, "Windows and the wall clock").
+        """
+        local = at.astimezone(zone)
+        if not self.contains(local.weekday(), local.time()):
+            return False
+        started_today = self.start <= self.end or local.time() >= self.start
+        first_day = local.date() if started_today else local.date() - timedelta(days=1)
+        return at < occurrence(first_day, self.start, self.end, zone)[1]
+
+
+def wall_clock_instant(day: date, at: time, zone: ZoneInfo) -> datetime:
+    """The instant the wall clock of `zone` shows `at` on `day`: the first pass of a time shown twice
+    (clocks going back), the first instant after the gap for a time never shown (clocks going forward)."""
+    first = datetime.combine(day, at, zone)
+    if first.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == first.replace(tzinfo=None):
+        return first
+    # In the gap. Python reads a skipped time with the offset before the change (an instant after the
+    # gap by the gap's length) and, at fold=1, with the offset after it (one before the gap): the change
+    # lies between the two, on a whole second.
+    before, after = int(first.replace(fold=1).timestamp()), int(first.timestamp())
+    offset_after = datetime.fromtimestamp(after, zone).utcoffset()
+    while after - before > 1:
+        middle = (before + after) // 2
+        if datetime.fromtimestamp(middle, zone).utcoffset() == offset_after:
+            after = middle
+        else:
+            before = middle
+    return datetime.fromtimestamp(after, zone)
+
+
+def occurrence(day: date, start: time, end: time, zone: ZoneInfo) -> tuple[datetime, datetime]:
+    """A weekly window's occurrence that starts on `day`, as instants; an end not after the start is
+    on the next day."""
+    end_day = day + timedelta(days=1) if end <= start else day
+    return wall_clock_instant(day, start, zone), wall_clock_instant(end_day, end, zone)
 
 
 @dataclass(frozen=True)

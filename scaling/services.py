@@ -355,7 +355,7 @@ def auto_approval_reason(proposal: Proposal, now: datetime) -> str:
     if not planner_made and _needs_second_person(proposal, proposal.requested_by, now):
         return ""
     local = now.astimezone(cluster.tz)
-    if any(window.contains(local.weekday(), local.time()) for window in cluster.off_hours_windows):
+    if any(window.contains_instant(now, cluster.tz) for window in cluster.off_hours_windows):
         return f"inside the off-hours window of {cluster.name} ({local:%a %H:%M} {cluster.time_zone})"
     return ""
 
