@@ -28,7 +28,7 @@ from django.core.cache import cache
 from django.db.models import Max, Min, Q, QuerySet
 from django.utils import timezone
 
-from controlplane import metrics
+from controlplane import config, metrics
 from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
@@ -256,20 +256,23 @@ def schedule_windows(pool: Pool, plan: PoolPlan, now: datetime) -> tuple[planner
             day = local_today + timedelta(days=offset)
             if day.weekday() != window.weekday:
                 continue
-            start = datetime.combine(day, window.start, zone)
-            end = datetime.combine(day + timedelta(days=1) if window.end <= window.start else day, window.end, zone)
+            # Wall-clock times in the window's zone; a skipped or repeated time as config.occurrence says.
+            start, end = config.occurrence(day, window.start, window.end, zone)
             extra_lead_s = max(0.0, window.lead_minutes * 60 - plan.lead_s)
-            opens = start - timedelta(seconds=extra_lead_s + plan.lead_s)
-            last_peak = last_occurrence_peak(pool, start, end) if opens <= now < end else None
+            opens_s = start.timestamp() - extra_lead_s - plan.lead_s  # real seconds, across a DST change too
+            last_peak = None
+            if opens_s <= now.timestamp() < end.timestamp():
+                last_peak = last_occurrence_peak(pool, *config.occurrence(day - timedelta(days=7), window.start,
+                                                                          window.end, zone))
             windows.append(planner.ScheduleWindow(start.timestamp() - extra_lead_s, end.timestamp(),
                                                   window.prescale_factor - 1.0, last_peak_rps=last_peak))
     return tuple(windows)
 
 
 def last_occurrence_peak(pool: Pool, start: datetime, end: datetime) -> float | None:
-    """The highest request rate sampled in the same window a week earlier (None: nothing sampled then)."""
-    week = timedelta(days=7)
-    return SignalSample.objects.filter(pool=pool, at__gte=start - week, at__lt=end - week) \
+    """The highest request rate sampled in the window's occurrence a week earlier, from `start` to `end`
+    (None: nothing sampled then)."""
+    return SignalSample.objects.filter(pool=pool, at__gte=start, at__lt=end) \
         .aggregate(peak=Max("request_rate_rps"))["peak"]
 
 

@@ -12,6 +12,7 @@ from controlplane.choices import Channel
 from controlplane.models import Pool, ScheduleWindow
 from scaling import loop, services
 from scaling.choices import ProposalKind, ProposalState
+from scaling.models import SignalSample
 
 PLANNER = core.Actor(user=None, channel=Channel.AUTO)
 
@@ -38,6 +39,25 @@ def test_a_window_from_sunday_night_to_monday_is_sundays(pool: Pool) -> None:
     assert all(start != _utc(2026, 1, 12, 23) for start, _ in _occurrences(pool, monday_1am))
 
 
+def test_a_window_that_starts_in_the_hour_the_clocks_skip_starts_when_they_have(pool: Pool) -> None:
+    # New York, 2026-03-08: 02:00 EST becomes 03:00 EDT (07:00Z). 02:30 is never shown: the window
+    # starts at the first instant after the gap, not half an hour into it (03:30 EDT).
+    _window(pool, 6, "02:30", "04:00")
+    assert _occurrences(pool, datetime(2026, 3, 8, 6, 0, tzinfo=UTC)) == [(_utc(2026, 3, 8, 7), _utc(2026, 3, 8, 8))]
+
+
+def test_a_window_that_ends_in_the_skipped_hour_ends_when_it_does(pool: Pool) -> None:
+    _window(pool, 5, "23:00", "02:30")  # Saturday night
+    assert _occurrences(pool, datetime(2026, 3, 8, 5, 0, tzinfo=UTC)) == [(_utc(2026, 3, 8, 4), _utc(2026, 3, 8, 7))]
+
+
+def test_a_window_in_a_30_minute_gap_starts_after_it(pool: Pool) -> None:
+    # Lord Howe, 2026-10-04: 02:00 (+10:30) becomes 02:30 (+11:00), at 15:30Z the day before.
+    _window(pool, 6, "02:15", "04:00", zone="Australia/Lord_Howe")
+    assert _occurrences(pool, datetime(2026, 10, 3, 15, 0, tzinfo=UTC)) == [
+        (_utc(2026, 10, 3, 15, 30), _utc(2026, 10, 3, 17))]
+
+
 def test_a_repeated_hour_is_covered_once(pool: Pool) -> None:
     # New York, 2026-11-01: 01:00-02:00 comes twice (05:00-06:00Z as EDT, 06:00-07:00Z as EST). A
     # window ending at 01:30 ends on the first pass; one starting at 01:30 starts on the first pass.
@@ -50,6 +70,18 @@ def test_a_repeated_hour_is_covered_once(pool: Pool) -> None:
 def test_a_zone_without_dst(pool: Pool) -> None:
     _window(pool, 0, "09:00", "10:00", zone="Asia/Kolkata")
     assert _occurrences(pool, datetime(2026, 3, 9, 3, 0, tzinfo=UTC)) == [(_utc(2026, 3, 9, 3, 30), _utc(2026, 3, 9, 4, 30))]
+
+
+def test_a_lead_time_across_the_change_reads_last_weeks_peak_from_its_real_start(pool: Pool) -> None:
+    # Sunday 03:00-05:00 EDT (07:00-09:00Z), a 3-hour lead: the pre-scale opens at 04:00Z, 23:00 EST the
+    # day before, three real hours ahead. Last Sunday's window (EST, 08:00-10:00Z) peaked at 200 req/s.
+    _window(pool, 6, "03:00", "05:00", lead=180)
+    SignalSample.objects.create(pool=pool, at=datetime(2026, 3, 1, 8, 30, tzinfo=UTC), request_rate_rps=200.0)
+    SignalSample.objects.create(pool=pool, at=datetime(2026, 3, 1, 7, 30, tzinfo=UTC), request_rate_rps=900.0)
+    plan = loop.pool_plan(pool)
+    (window,) = loop.schedule_windows(pool, plan, datetime(2026, 3, 8, 4, 30, tzinfo=UTC))
+    assert window.start_s == _utc(2026, 3, 8, 7) - (180 * 60 - plan.lead_s)
+    assert window.last_peak_rps == 200.0
 
 
 def test_a_lead_time_that_started_in_the_past_acts_at_once(pool: Pool) -> None:
