@@ -1,7 +1,7 @@
 """Serializers for the core inventory. Validation lives on the models; these only translate."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, time
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
@@ -28,6 +28,20 @@ class WallClockTimeField(serializers.TimeField):
     """A time of day on a wall clock (the window's own time zone): `HH:MM[:SS]`, no offset.
 
     OpenAPI's `time` format is RFC 3339's, which requires an offset; these times have none on purpose."""
+
+    default_error_messages = {"offset": "Expected 'HH:MM' without a UTC offset (the time is on the wall clock of "
+                                        "the window's time_zone), received {value!r}."}
+
+    def to_internal_value(self, value):  # noqa: ANN001, ANN201
+        parsed = super().to_internal_value(value)
+        # Django's parser drops an offset without a word: "18:00+02:00" would be read as 18:00 in the
+        # window's zone, whatever the caller meant by the offset.
+        try:
+            if isinstance(value, str) and time.fromisoformat(value).tzinfo is not None:
+                self.fail("offset", value=value)
+        except ValueError:
+            pass
+        return parsed
 
 
 STRICT_FIELDS = serializers.ModelSerializer.serializer_field_mapping | {
