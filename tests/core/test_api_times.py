@@ -36,3 +36,16 @@ def test_it_says_why_an_off_hours_time_has_no_offset(bob: User, cluster: Cluster
         {"off_hours": [{"weekdays": [5], "start": "22:00Z", "end": "06:00"}]}, format="json")
     assert response.status_code == 400
     assert "without a UTC offset" in str(response.data["off_hours"])
+
+
+def test_it_reads_an_instant_with_its_offset_and_one_without_as_utc(alice: User, pool: Pool) -> None:
+    from incidents.models import Silence
+
+    client = token_client(alice)
+    for ends_at, expected in (("2099-01-12T12:00:00+05:30", "2099-01-12T06:30:00Z"),
+                              ("2099-01-12T12:00:00", "2099-01-12T12:00:00Z")):
+        created = client.post("/api/v1/silences/", {"team": "ml-platform", "ends_at": ends_at,
+                                                    "matchers": [{"label": "rule", "value": "outage"}]}, format="json")
+        assert created.status_code == 201, created.data
+        assert created.data["ends_at"] == expected
+        assert Silence.objects.get(pk=created.data["id"]).ends_at.isoformat() == expected.replace("Z", "+00:00")
