@@ -87,15 +87,21 @@ def time_ticks(start: datetime, end: datetime, tz: tzinfo) -> tuple[list[datetim
     """Tick times aligned to round clock times in `tz`, and the step in seconds."""
     span_s = (end - start).total_seconds()
     step_s = next((s for s in TIME_STEPS_S if span_s / s <= MAX_TIME_TICKS), TIME_STEPS_S[-1])
-    local = start.astimezone(tz)
+    # Stepped on the naive wall clock, from a little before the start: after the clocks go back, the
+    # repeated hour's second pass shows wall times earlier than the start's.
+    local = start.astimezone(tz).replace(tzinfo=None) - timedelta(hours=3)
     midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
     offset = (local - midnight).total_seconds()
-    first = midnight + timedelta(seconds=math.ceil(offset / step_s) * step_s)
-    ticks, at = [], first
-    while at <= end:
-        ticks.append(at)
-        at += timedelta(seconds=step_s)
-    return ticks, step_s
+    wall = midnight + timedelta(seconds=math.ceil(offset / step_s) * step_s)
+    ticks: dict[float, datetime] = {}
+    while min(wall.replace(tzinfo=tz, fold=fold).timestamp() for fold in (0, 1)) <= end.timestamp():
+        # On a DST change a wall time the clock skips is no tick, and one it shows twice is a tick on each pass.
+        for fold in (0, 1):
+            shown = wall.replace(tzinfo=tz, fold=fold).astimezone(timezone.utc).astimezone(tz)
+            if shown.replace(tzinfo=None) == wall and start <= shown <= end:
+                ticks.setdefault(shown.timestamp(), shown)
+        wall += timedelta(seconds=step_s)
+    return [ticks[at] for at in sorted(ticks)], step_s
 
 
 def format_value(value: float, unit: str, step: float | None = None) -> str:

@@ -52,6 +52,26 @@ def test_time_ticks_are_in_the_clusters_time_zone() -> None:
     assert ticks[0].strftime("%H:%M") == "03:05"
 
 
+def _clock(ticks: list[datetime]) -> list[tuple[str, str]]:
+    return [(at.strftime("%H:%M"), at.astimezone(ZoneInfo("UTC")).strftime("%H:%MZ")) for at in ticks]
+
+
+def test_time_ticks_skip_the_hour_the_clocks_skip() -> None:
+    # New York, 2026-03-08: 01:59 EST is followed by 03:00 EDT (07:00Z); no tick reads 02:00.
+    start = datetime.fromisoformat("2026-03-08T05:00:00+00:00")
+    ticks, _ = time_ticks(start, start + timedelta(hours=4), ZoneInfo("America/New_York"))
+    assert _clock(ticks) == [("00:00", "05:00Z"), ("01:00", "06:00Z"), ("03:00", "07:00Z"), ("04:00", "08:00Z"),
+                             ("05:00", "09:00Z")]
+
+
+def test_time_ticks_mark_both_passes_of_the_hour_the_clocks_repeat() -> None:
+    # New York, 2026-11-01: 01:00-02:00 comes twice (EDT from 05:00Z, EST from 06:00Z).
+    start = datetime.fromisoformat("2026-11-01T05:20:00+00:00")
+    ticks, _ = time_ticks(start, start + timedelta(minutes=80), ZoneInfo("America/New_York"))
+    assert _clock(ticks) == [("01:30", "05:30Z"), ("01:45", "05:45Z"), ("01:00", "06:00Z"), ("01:15", "06:15Z"),
+                             ("01:30", "06:30Z")]
+
+
 @pytest.mark.parametrize(("value", "unit", "step", "text"), [
     (1.5, "s", 0.5, "1.5 s"), (0.25, "s", 0.25, "0.25 s"), (200, "req/s", 50, "200 req/s"), (1.8234, "s", None, "1.82 s"),
     (12.5, "%", None, "12.5 %"), (4, "replicas", 1, "4 replicas"), (1234.5, "req", None, "1,234 req"),
