@@ -356,7 +356,8 @@ def auto_approval_reason(proposal: Proposal, now: datetime) -> str:
         return ""
     local = now.astimezone(cluster.tz)
     if any(window.contains_instant(now, cluster.tz) for window in cluster.off_hours_windows):
-        return f"inside the off-hours window of {cluster.name} ({local:%a %H:%M} {cluster.time_zone})"
+        # The zone's abbreviation tells the two passes of a repeated hour apart (01:15 EDT, 01:15 EST).
+        return f"inside the off-hours window of {cluster.name} ({local:%a %H:%M %Z}, {cluster.time_zone})"
     return ""
 
 

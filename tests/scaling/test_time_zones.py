@@ -102,7 +102,8 @@ def test_off_hours_that_ended_before_the_clocks_went_back_do_not_approve_on_the_
     pool = _off_hours_pool(pool, {"weekdays": [5], "start": "22:00", "end": "01:30"})  # Saturday night
     first_pass = services.propose(pool, 4, ProposalKind.PRESCALE, PLANNER, current=1,
                                   now=datetime(2026, 11, 1, 5, 15, tzinfo=UTC))  # 01:15 EDT
-    assert first_pass.state == ProposalState.APPROVED and "off-hours" in first_pass.decision_comment
+    assert first_pass.state == ProposalState.APPROVED
+    assert first_pass.decision_comment.endswith("off-hours window of gpu-us-east (Sun 01:15 EDT, America/New_York)")
     second_pass = services.propose(pool, 6, ProposalKind.PRESCALE, PLANNER, current=1,
                                    now=datetime(2026, 11, 1, 6, 15, tzinfo=UTC))  # 01:15 EST, after 01:30 EDT
     assert second_pass.state == ProposalState.PENDING
