@@ -56,6 +56,10 @@ class Membership(models.Model):
         return f"{self.user} is {self.role} of {self.team}"
 
 
+CREDENTIALS_CLAIMED = ("Another cluster already uses these credentials; a credential belongs to one cluster (ask "
+                       "whoever mounts the credentials for one of your own).")
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster. Its team owns it; its admins may share it with other teams' pools."""
 
@@ -72,7 +76,7 @@ class Cluster(models.Model):
     kube_api_url = models.URLField("Kubernetes API URL", max_length=300)
     # The name of a secret holding the credentials, never the credentials themselves.
     credentials_ref = models.CharField(
-        max_length=200, blank=True,
+        max_length=200, blank=True, error_messages={"unique": CREDENTIALS_CLAIMED},
         help_text="Where the credentials are, never the credentials: token:NAME, kubeconfig:NAME (files in the "
                   "mounted credentials directory), in-cluster, or empty.")
     prometheus_url = models.URLField("Prometheus URL", max_length=300, blank=True)
@@ -90,6 +94,12 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            # A credential is one cluster's: another team naming it would act in that cluster with its rights.
+            models.UniqueConstraint(
+                fields=["credentials_ref"], condition=~models.Q(credentials_ref=""), name="cluster_credentials_claimed_once",
+                violation_error_message=CREDENTIALS_CLAIMED),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.test import Client
 
 from controlplane.models import AuditEvent, Cluster, Pool
 from sandbox.kube.cluster import SandboxCluster
@@ -77,3 +79,35 @@ def test_a_credentials_ref_that_is_not_a_reference_is_a_400_naming_the_field(kub
                                        format="json")
     assert response.status_code == 400 and "credentials_ref" in response.data
     assert Cluster.objects.get(pk=kube_pool.cluster_id).credentials_ref == ""
+
+
+@pytest.mark.parametrize("ref", ["token:gpu-token", "kubeconfig:gpu-kubeconfig", "in-cluster"])
+def test_another_team_cannot_name_a_clusters_credentials(kube_pool: Pool, locked_kube: SandboxCluster,
+                                                         charlie: User, ref: str) -> None:
+    # charlie, admin of another team, names ml's credential for a cluster of his own at ml's API: its
+    # rights would scale ml's Deployments. A credential belongs to one cluster.
+    Cluster.objects.filter(pk=kube_pool.cluster_id).update(credentials_ref=ref)
+    answer = token_client(charlie).post("/api/v1/clusters/", {
+        "name": "borrowed", "team": "search", "kube_api_url": locked_kube.url, "credentials_ref": ref},
+        format="json")
+    assert answer.status_code == 400 and "another cluster already uses" in str(answer.data["credentials_ref"]).lower()
+    assert not Cluster.objects.filter(name="borrowed").exists()
+    # The form says the same, and the database holds the rule against a write that skips both.
+    client = Client()
+    client.force_login(charlie)
+    page = client.post("/cluster/new/", {"name": "borrowed", "team": charlie.memberships.get().team_id,
+                                          "kube_api_url": locked_kube.url, "credentials_ref": ref,
+                                          "prometheus_rate_window": "1m", "time_zone": "UTC", "off_hours": "[]",
+                                          "gpu_prices": "{}"})
+    assert page.status_code == 200 and "Another cluster already uses" in page.content.decode()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Cluster.objects.create(name="borrowed", team_id=charlie.memberships.get().team_id,
+                               kube_api_url=locked_kube.url, credentials_ref=ref)
+
+
+def test_a_cluster_keeps_its_own_credentials_through_an_edit(kube_pool: Pool, locked_kube: SandboxCluster,
+                                                             bob: User) -> None:
+    Cluster.objects.filter(pk=kube_pool.cluster_id).update(credentials_ref="token:gpu-token")
+    answer = token_client(bob).patch(f"/api/v1/clusters/{kube_pool.cluster_id}/", {"region": "us-east-1"},
+                                     format="json")
+    assert answer.status_code == 200 and answer.data["credentials_ref"] == "token:gpu-token"
