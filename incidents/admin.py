@@ -7,16 +7,29 @@ from django import forms
 from django.contrib import admin
 
 from controlplane.admin import URL_FORMFIELDS, AuditedAdmin
+from incidents import outbound
 from incidents.models import Alert, Channel, Incident, Notification, Silence, SlackIdentity, SlackInteraction
 
 
 class ChannelAdminForm(forms.ModelForm):
+    # The settings hold the webhook address and signing secret: written here, never shown back (docs/slack.md).
+    settings = forms.JSONField(
+        required=False, widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="Write-only: the current settings are not shown. Leave empty to keep them; a new JSON object "
+                  "replaces them whole (incidents/specs.py).")
+
     class Meta:
         model = Channel
         fields = "__all__"
 
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.initial["settings"] = None
+
     def clean(self):  # noqa: ANN201
         cleaned = super().clean()
+        if cleaned.get("settings") in (None, "") and self.instance.pk:
+            cleaned["settings"] = self.instance.settings  # left empty: unchanged
         channel = Channel(kind=cleaned.get("kind", ""), settings=cleaned.get("settings") or {})
         try:
             channel.spec  # noqa: B018 (parsing is the validation, as in the UI and the API)
@@ -30,6 +43,22 @@ class ChannelAdmin(AuditedAdmin):
     form = ChannelAdminForm
     list_display = ["name", "team", "kind", "enabled", "disabled_reason", "last_delivered_at", "last_error_at"]
     list_filter = ["kind", "enabled", "team"]
+    readonly_fields = ["target"]
+
+    def get_fields(self, request, obj=None):  # noqa: ANN001, ANN201
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            # A read-only view shows fields from the record itself: the settings would be shown in full.
+            fields = [field for field in fields if field != "settings"]
+        return fields
+
+    @admin.display(description="target")
+    def target(self, channel: Channel) -> str:
+        """Scheme and host only, as the API's `target`."""
+        try:
+            return f"{outbound.origin(channel.spec.url)}/…"
+        except (ValueError, KeyError):
+            return ""
 
 
 @admin.register(Notification)
@@ -38,6 +67,7 @@ class NotificationAdmin(admin.ModelAdmin):
     list_display = ["created_at", "channel", "kind", "proposal", "state", "attempts", "next_attempt_at", "last_error"]
     list_filter = ["state", "kind"]
     readonly_fields = ["event", "proposal"]
+    exclude = ["response_url"]  # Slack's response_url posts into the channel for 30 minutes: a credential
 
 
 @admin.register(SlackIdentity)

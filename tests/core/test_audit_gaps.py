@@ -4,14 +4,15 @@ secret (a password hash, a webhook address) ever reaches the log."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import Client
+from django.utils import timezone
 
 from controlplane import services
 from controlplane.choices import Channel as ActorChannel
 from controlplane.choices import Role
 from controlplane.models import AuditEvent, Membership, Pool, Team
-from incidents.models import Channel, SlackIdentity
+from incidents.models import Channel, Notification, SlackIdentity
 
 from tests.core.conftest import alice, bob, cluster, ml_team, pool, token_client  # noqa: F401
 
@@ -115,6 +116,36 @@ def test_a_channel_edited_in_the_admin_is_audited_without_its_address(admin_site
     [changed] = _events("update", "incidents.channel")
     assert (changed.before["name"], changed.after["name"]) == ("oncall", "oncall-eu")
     assert "very-secret-path" not in str(AuditEvent.objects.values_list("before", "after", "object_repr"))
+
+
+def test_the_admin_never_shows_a_channels_address_or_secret(admin_site: Client, ml_team: Team) -> None:  # noqa: F811
+    # docs/slack.md: a webhook's path and signing secret are never shown on a page; the admin's is one.
+    channel = Channel.objects.create(team=ml_team, name="pager", kind="webhook",
+                                     settings={"url": f"{WEBHOOK}?sig=QUERYSECRET", "secret": "whsec-0123456789abcdef"})
+    page = admin_site.get(f"/admin/incidents/channel/{channel.pk}/change/").content.decode()
+    assert "very-secret-path" not in page and "QUERYSECRET" not in page and "whsec-0123456789abcdef" not in page
+    assert "https://hooks.example.com/…" in page  # what it points at: scheme and host, as the API's target
+    # Saved with the settings left empty, they stay as they were; a new object replaces them.
+    form = {"team": str(ml_team.pk), "name": "pager-eu", "kind": "webhook", "settings": "", "enabled": "on"}
+    assert admin_site.post(f"/admin/incidents/channel/{channel.pk}/change/", form).status_code == 302
+    channel.refresh_from_db()
+    assert channel.name == "pager-eu" and channel.settings["secret"] == "whsec-0123456789abcdef"
+    # A staff member who may only view channels reads no secret either.
+    auditor = User.objects.create_user("audrey", password="pw", is_staff=True)
+    auditor.user_permissions.add(Permission.objects.get(codename="view_channel"))
+    viewer = Client()
+    viewer.force_login(auditor)
+    page = viewer.get(f"/admin/incidents/channel/{channel.pk}/change/")
+    assert page.status_code == 200 and "very-secret-path" not in page.content.decode()
+    assert "whsec-0123456789abcdef" not in page.content.decode()
+
+
+def test_the_admin_never_shows_a_slack_response_url(admin_site: Client, ml_team: Team) -> None:  # noqa: F811
+    channel = Channel.objects.create(team=ml_team, name="oncall", kind="slack", settings={"webhook_url": WEBHOOK})
+    reply = Notification.objects.create(channel=channel, kind="reply", text="Nothing changed", next_attempt_at=timezone.now(),
+                                        response_url="https://hooks.slack.com/actions/T1/1/RESPONSESECRET")
+    page = admin_site.get(f"/admin/incidents/notification/{reply.pk}/change/").content.decode()
+    assert "Nothing changed" in page and "RESPONSESECRET" not in page
 
 
 def test_an_invalid_channel_is_refused_in_the_admin(admin_site: Client, ml_team: Team) -> None:  # noqa: F811
