@@ -20,7 +20,7 @@ from slack_sdk.models.blocks import (
 
 from incidents import outbound
 from incidents.choices import IncidentState, NotificationKind
-from incidents.messages import AlertFacts, ProposalFacts, alert_facts, proposal_facts
+from incidents.messages import AlertFacts, ProposalFacts, alert_facts, proposal_facts, slack_escape
 from incidents.models import Notification, SlackMessage
 from incidents.specs import SlackSpec
 from incidents.transports.base import NothingToSend, Transport, TransportError, answer_detail, render
@@ -119,11 +119,12 @@ class SlackTransport(Transport):
         if notification.alert is not None:
             self.post_json(self.spec.url, alert_message(alert_facts(notification.alert, notification.kind), self.channel.pk))
             return
+        # Sentences are plain text: a person's comment in one must not ping <!channel> or hide a link.
         if kind == NotificationKind.MESSAGE:
-            self.post_json(self.spec.url, {"text": notification.text})
+            self.post_json(self.spec.url, {"text": slack_escape(notification.text)})
             return
         if kind == NotificationKind.REPLY:
-            reply = {"response_type": "ephemeral", "replace_original": False, "text": notification.text}
+            reply = {"response_type": "ephemeral", "replace_original": False, "text": slack_escape(notification.text)}
             self._to_response_url(notification.response_url, reply)
             return
         facts = proposal_facts(notification.proposal)

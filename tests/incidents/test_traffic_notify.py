@@ -230,3 +230,19 @@ def test_the_sentences_for_a_gate_and_a_failure() -> None:
                                                       "chat-8b 20, chat-8b-warm 80: check its weights.")
     holding = TrafficShiftEvent(shift=shift, from_phase=ShiftPhase.STEPPING, to_phase=ShiftPhase.HOLDING, step=2)
     assert traffic_notify.shift_text(holding) is None  # each step is on the shift's card, not in the channel
+
+
+def test_a_persons_comment_cannot_ping_the_channel_or_hide_a_link(pool: Pool, slack_channel: Channel,  # noqa: F811
+                                                                  receiver: Receiver, alice: User) -> None:  # noqa: F811
+    # The sentence is plain text: mrkdwn's control characters in a comment reach Slack escaped, so
+    # `<!channel>` pings nobody and `<https://…|click>` shows as typed, not as a link named "click".
+    breakers.evaluate(pool, {"chat-0": WindowCounts(10, 0)}, timezone.now(), Pods())
+    breaker = pool.breakers.get(endpoint="chat-0")
+    breakers.force(breaker.pk, "open", core.Actor(alice, ActorChannel.API),
+                   "<!channel> see <https://evil.example/login|the runbook> & co", Pods())
+    for notification_id in traffic_notify.fan_out():
+        tasks.deliver_notification(notification_id)
+    [text] = posted(receiver)
+    assert "<" not in text and ">" not in text
+    assert "&lt;!channel&gt; see &lt;https://evil.example/login|the runbook&gt; &amp; co" in text
+    assert Notification.objects.get().text.endswith("& co. The endpoint is out of the route until probes succeed.")
