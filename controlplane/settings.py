@@ -23,6 +23,19 @@ def env_str(name: str, default: str | None = None) -> str | None:
     return value
 
 
+# deploy/kubernetes/config.yaml ships secrets as `REPLACE-…` placeholders: published, so never a secret.
+PLACEHOLDER_PREFIX = "REPLACE-"
+
+
+def env_secret(name: str, default: str | None = None) -> str | None:
+    """A secret: refused while it still holds the shipped placeholder (anyone can read it in the repository)."""
+    value = env_str(name, default)
+    if value and value.strip().upper().startswith(PLACEHOLDER_PREFIX):
+        raise ImproperlyConfigured(f"{name} still holds the placeholder from deploy/kubernetes/config.yaml "
+                                   f"({value[:len(PLACEHOLDER_PREFIX)]}…); set a random value of your own.")
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -78,7 +91,7 @@ def env_networks(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY")
+SECRET_KEY = env_secret("SECRET_KEY")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -310,7 +323,7 @@ SIGNAL_SAMPLE_RETENTION_DAYS = env_int("SIGNAL_SAMPLE_RETENTION_DAYS", 9, minimu
 # Where the files named by a cluster's credentials_ref (token:NAME, kubeconfig:NAME) are mounted.
 KUBE_CREDENTIALS_DIR = env_str("KUBE_CREDENTIALS_DIR", "/var/run/headroom/credentials")
 SLACK_ENABLED = env_bool("SLACK_ENABLED", False)
-SLACK_SIGNING_SECRET = env_str("SLACK_SIGNING_SECRET", "")
+SLACK_SIGNING_SECRET = env_secret("SLACK_SIGNING_SECRET", "")
 if SLACK_ENABLED and not SLACK_SIGNING_SECRET:
     raise ImproperlyConfigured("SLACK_ENABLED is on but SLACK_SIGNING_SECRET is empty.")
 WEBHOOKS_ENABLED = env_bool("WEBHOOKS_ENABLED", False)
@@ -341,7 +354,7 @@ API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=0)
 
 # Who may read /metrics besides signed-in staff: Prometheus, with `Authorization: Bearer <METRICS_TOKEN>`
 # (a ServiceMonitor's authorization from a Secret). Empty: staff only.
-METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+METRICS_TOKEN = env_secret("METRICS_TOKEN", "")
 if METRICS_TOKEN and len(METRICS_TOKEN) < 16:
     raise ImproperlyConfigured("METRICS_TOKEN must be at least 16 characters (or empty: staff only).")
 

@@ -91,7 +91,20 @@ def _production_environment() -> dict[str, str]:
     environment = {key: value for key, value in os.environ.items() if not key.endswith(
         ("_ENABLED", "_NETWORKS")) and key not in ("DEBUG", "HTTPS_ONLY", "SECURE_PROXY_SSL_HEADER", "ALLOWED_HOSTS")}
     environment |= _one("ConfigMap", "headroom-config")["data"] | _one("Secret", "headroom")["stringData"]
-    return environment | {"SECRET_KEY": secrets.token_urlsafe(50)}  # the shipped value is a placeholder to replace
+    # The shipped secrets are placeholders to replace, as an operator does.
+    return environment | {"SECRET_KEY": secrets.token_urlsafe(50), "METRICS_TOKEN": secrets.token_urlsafe(24)}
+
+
+@pytest.mark.parametrize("name", ["SECRET_KEY", "METRICS_TOKEN", "SLACK_SIGNING_SECRET"])
+def test_a_secret_left_at_its_shipped_placeholder_stops_start_up(name: str) -> None:
+    # The placeholder is published with the manifests: a key everyone knows signs sessions as anyone, and a
+    # metrics token everyone knows reads every team's fleet. A forgotten one must not start.
+    environment = _production_environment() | {"SLACK_SIGNING_SECRET": secrets.token_urlsafe(24)}
+    environment[name] = _one("Secret", "headroom")["stringData"].get(name, "REPLACE-with-the-app-signing-secret")
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=environment, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0
+    assert f"{name} still holds the placeholder from deploy/kubernetes/config.yaml" in result.stderr
 
 
 def test_the_shipped_settings_are_production_settings_and_pass_check_deploy() -> None:
