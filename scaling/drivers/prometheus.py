@@ -13,7 +13,8 @@ Ages. Prometheus stamps an instant query's answer with the evaluation time, not 
 so the source also asks, once per source family, for the oldest scrape time per pool
 (`timestamp()` of a gauge) and gives every reading of that family the age "evaluation time minus
 that scrape". Readings older than 90 s, empty answers, NaN (`histogram_quantile` of no requests,
-0/0 rates), HTTP or PromQL errors, timeouts and an unreachable server are all **unknown**.
+0/0 rates), HTTP or PromQL errors, timeouts and an unreachable server are all **unknown**, and so is an
+answer that is not a whole, warning-free instant vector stamped at the instant asked (`instant_vector`).
 
 Replica counts: `ready_replicas` is the number of replicas exporting vLLM metrics (vLLM only
 listens once the model is loaded, so this is "Ready and model-loaded"). Arriving and desired
@@ -31,7 +32,9 @@ then is an error and its signal unknown, so a slow Prometheus costs one tick at 
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -205,12 +208,62 @@ def render(template: str, labels: LabelMapping, window: str) -> str:
                            derive="label_replace(" * len(labels.derived), derive_end=derive_end)
 
 
+class AnswerRefused(ValueError):
+    """Prometheus (or whatever stands in front of it) answered, but not with a usable instant vector."""
+
+
+def instant_vector(status: int, body: bytes) -> list[dict[str, Any]]:
+    """The series of an instant query's answer, or AnswerRefused saying what was wrong with it.
+
+    Read whole, not only `data.result` as the client library does: a 200 that says `"status": "error"`, a
+    scalar or matrix where a vector was asked, warnings (a partial answer: a store or remote read missing, so
+    sums count part of the load), an HTML page from a proxy and a body cut short each make the signal
+    unknown with a reason the on-call can act on, never a KeyError or a crash of the whole read."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        if status != 200:
+            return _refuse(f"HTTP {status}, not Prometheus' JSON (a proxy's page?): {_gist(body)}")
+        return _refuse(f"an answer that is not whole JSON (cut short?): {_gist(body)}")
+    if not isinstance(answer, dict):
+        return _refuse(f"HTTP {status}: an answer that is not Prometheus' JSON: {_gist(body)}")
+    if answer.get("status") != "success" or status != 200:
+        reason = f"{answer.get('errorType') or 'error'}: {answer.get('error') or 'no reason given'}"
+        return _refuse(f"HTTP {status}, status {answer.get('status')!r}: {reason}"[:300])
+    data = answer.get("data") if isinstance(answer.get("data"), dict) else {}
+    if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+        return _refuse(f"expected an instant vector, got resultType {data.get('resultType')!r}")
+    if warnings := answer.get("warnings"):
+        return _refuse(f"a partial answer, not used: warnings: {'; '.join(map(str, warnings))}"[:300])
+    return data["result"]
+
+
+def _refuse(reason: str) -> list[dict[str, Any]]:
+    raise AnswerRefused(reason)
+
+
+def _gist(body: bytes) -> str:
+    """The start of a body as one line of text (a proxy's HTML page without its tags)."""
+    text = re.sub(r"<[^>]*>", " ", body[:2000].decode("utf-8", errors="replace"))
+    return " ".join(text.split())[:120] or "(empty)"
+
+
+class CheckedPrometheus(PrometheusConnect):
+    """The client library's connection, with instant queries read by `instant_vector`."""
+
+    def custom_query(self, query: str, params: dict | None = None, timeout: float | None = None) -> list[dict[str, Any]]:
+        response = self._session.request(
+            method=self._method, url=f"{self.url}/api/v1/query", params={"query": str(query), **(params or {})},
+            headers=self.headers, auth=self.auth, timeout=self._timeout if timeout is None else timeout)
+        return instant_vector(response.status_code, response.content)
+
+
 def _guarded_client(config: PrometheusConfig) -> PrometheusConnect:
     # Retries off: a failed read is reported and the planner holds; the next tick reads again.
     no_retries = Retry(total=0, read=False, raise_on_status=False)
     session = requests.Session()
     session.trust_env = False  # no proxy from the environment: it would reach what the guard refuses
-    prometheus = PrometheusConnect(url=config.url, retry=no_retries, timeout=config.timeout_s, session=session)  # type: ignore[arg-type]
+    prometheus = CheckedPrometheus(url=config.url, retry=no_retries, timeout=config.timeout_s, session=session)  # type: ignore[arg-type]
     # PrometheusConnect mounts a plain adapter on its URL; every prefix gets the guarded one instead.
     for prefix in [*session.adapters, config.url]:
         session.mount(prefix, netguard.CheckedAdapter(netguard.CLUSTERS, max_retries=no_retries))
@@ -330,8 +383,15 @@ class PrometheusSignalSource:
     def _query(self, promql: str, at_s: float) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"timeout": f"{self.config.timeout_s:g}s", "time": f"{at_s:.3f}"}
         result = self.client.custom_query(promql, params=params, timeout=self.config.timeout_s)
-        if not isinstance(result, list):
-            raise ValueError(f"expected an instant vector, got {type(result).__name__}")
+        if not isinstance(result, list) or not all(isinstance(series, dict) for series in result):
+            raise AnswerRefused(f"expected an instant vector, got {type(result).__name__}")
+        for series in result:
+            point = _sample(series)
+            # Prometheus stamps an instant answer with the instant asked; another stamp is a cache's old answer
+            # (a query frontend, a proxy), and its own scrape times would make it look fresh.
+            if point is not None and abs(point[1] - at_s) > STALE_AFTER_S:
+                raise AnswerRefused(f"an answer for {point[1] - at_s:+.0f} s from the instant asked "
+                                    "(a cache in front of Prometheus?)")
         return result
 
     def _key(self, labels: Any) -> tuple[str, ...]:
