@@ -84,9 +84,23 @@ def waiting(since: datetime | None, now: datetime, why: str) -> str:
     return f"waiting for approval since {since:%H:%M} UTC ({minutes} min): {why}"
 
 
-def freshness(observed_at: datetime | None, now: datetime, last_error: str, signals_unknown_s: float | None
-              ) -> tuple[str, bool]:
-    """How old the pool's data is, and why when it is not fresh."""
+def read_errors(errors: dict[str, str], names_shown: int = 3) -> str:
+    """What the last tick could not read, one clause per reason: a proxy answering every query with the same
+    502 is one clause naming a few of the queries, not twenty copies of the page."""
+    by_reason: dict[str, list[str]] = {}
+    for source, why in errors.items():
+        by_reason.setdefault(why, []).append(source)
+    clauses = []
+    for why, sources in by_reason.items():
+        named = ", ".join(sources[:names_shown]) + (f" and {len(sources) - names_shown} more"
+                                                     if len(sources) > names_shown else "")
+        clauses.append(f"{named}: {why}")
+    return "; ".join(clauses)
+
+
+def freshness(observed_at: datetime | None, now: datetime, last_error: str, signals_unknown_s: float | None,
+              read_errors: str = "") -> tuple[str, bool]:
+    """How old the pool's data is, and why when it is not fresh (`read_errors`: what the last tick could not read)."""
     if observed_at is None:
         reason = f": {last_error}" if last_error else ": Headroom has never read it from its cluster"
         return f"not read{reason}", False
@@ -96,6 +110,6 @@ def freshness(observed_at: datetime | None, now: datetime, last_error: str, sign
         return f"not read for {_age(age_s)}: {reason}", False
     if signals_unknown_s is not None:  # math.inf: unknown since the planner started
         since = f" for {_age(signals_unknown_s)}" if math.isfinite(signals_unknown_s) else ""
-        return (f"replicas read {_age(age_s)} ago; signals unknown{since} "
-                "(Prometheus did not answer): holding, never scaling down"), False
+        why = read_errors or "Prometheus did not answer"
+        return f"replicas read {_age(age_s)} ago; signals unknown{since} ({why}): holding, never scaling down", False
     return f"read {_age(age_s)} ago", True

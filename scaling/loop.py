@@ -34,7 +34,7 @@ from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
 from incidents.models import HourlyRollup
-from scaling import forecast_store, services, traffic
+from scaling import forecast_store, glance, services, traffic
 from scaling.choices import ACTIVE_STATES, FALLBACK_OPEN_PHASES, PRESCALE_TRACK, ProposalKind, ProposalState
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
@@ -406,13 +406,14 @@ def _signals_dict(signals: PoolSignals) -> dict[str, Any]:
     return {name: (round(float(r.value), 4) if r.is_known else None) for name, r in signals.readings().items()}
 
 
-def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Reading | None = None) -> PoolTick:
+def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Reading | None = None,
+              read_errors: dict[str, str] | None = None) -> PoolTick:
     """Load the pool's state, run the decide step, persist what it learned, then act on it.
 
     With `fallback_rate` (what the pool's fallback pool answered: the route's share or the gateway's
     spill-over) the decide step plans for the route's rate (and learns its capacity from the pool's own)
     and the sample keeps it as the demand; `last_signals` keeps what was read of the pool itself (the
-    fallback step adds the fallback's rate to it)."""
+    fallback step adds the fallback's rate to it). `read_errors`: what this tick could not read for the pool."""
     plan = pool_plan(pool)
     planned = signals if fallback_rate is None else fallback_engine.with_route_demand(signals, fallback_rate)
     with transaction.atomic():
@@ -427,6 +428,7 @@ def tick_pool(pool: Pool, signals: PoolSignals, now: datetime, fallback_rate: Re
         memory.last_decision = _decision_dict(decision) | {"at": now.isoformat()}
         memory.last_signals = _signals_dict(signals)
         memory.last_error, memory.last_error_at = "", None
+        memory.read_errors = read_errors or {}
         memory.save()
         # The history the forecasts learn from is the demand: the route's rate while the fallback takes a share.
         known = {name: float(reading.value) if reading.is_known else None  # type: ignore[arg-type]
@@ -502,6 +504,9 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime, hol
     except Exception as exc:  # noqa: BLE001 - a read that broke leaves every signal unknown: the pools hold
         logger.exception("reading cluster %s failed", cluster.name)
         signals, errors = {}, {f"{cluster.name}: read": f"{type(exc).__name__}: {exc}"}
+    if errors:  # the on-call's log names each failed query or call, not only the pool page
+        logger.warning("cluster %s: %d reads failed this tick: %s", cluster.name, len(errors),
+                       glance.read_errors(errors, names_shown=len(errors)))
     diverted = _fallback_rates(cluster_pools, signals, now)
     reports = []
     for pool in cluster_pools:
@@ -510,10 +515,19 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime, hol
             break
         try:
             reports.append(tick_pool(pool, signals.get(pool.pk, PoolSignals(pool=pool.name)), now,
-                                     fallback_rate=diverted.get(pool.pk)))
+                                     fallback_rate=diverted.get(pool.pk), read_errors=pool_read_errors(
+                                         cluster, pool, errors)))
         except Exception as exc:  # noqa: BLE001 - recorded for this pool; the others are still planned
             errors[f"{pool}: tick"] = _record_pool_error(pool, exc, now)
     return reports, errors
+
+
+def pool_read_errors(cluster: Cluster, pool: Pool, errors: dict[str, str]) -> dict[str, str]:
+    """The read errors that concern `pool`: its cluster's (every Prometheus query is the cluster's) and its own."""
+    mine = {}
+    for prefix in (f"{cluster.name}: ", f"{pool}: "):
+        mine |= {key.removeprefix(prefix): why for key, why in errors.items() if key.startswith(prefix)}
+    return mine
 
 
 def _fallback_rates(cluster_pools: list[Pool], signals: dict[int, PoolSignals], now: datetime) -> dict[int, Reading]:

@@ -177,6 +177,9 @@ class PlannerMemory(models.Model):
     # The last tick that failed for this pool (the others were still planned); cleared by a good tick.
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    # What the last tick could not read for this pool, by source ("prometheus queue_depth": why), so the pool
+    # page names the failing query or API call instead of a bare "unknown".
+    read_errors = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
 

@@ -14,7 +14,7 @@ so the source also asks, once per source family, for the oldest scrape time per 
 (`timestamp()` of a gauge) and gives every reading of that family the age "evaluation time minus
 that scrape". Readings older than 90 s, empty answers, NaN (`histogram_quantile` of no requests,
 0/0 rates), HTTP or PromQL errors, timeouts and an unreachable server are all **unknown**, and so is an
-answer that is not a whole, warning-free instant vector stamped at the instant asked (`instant_vector`).
+answer that is not a whole, warning-free instant vector stamped at the instant asked (`query_result`).
 
 Replica counts: `ready_replicas` is the number of replicas exporting vLLM metrics (vLLM only
 listens once the model is loaded, so this is "Ready and model-loaded"). Arriving and desired
@@ -212,8 +212,9 @@ class AnswerRefused(ValueError):
     """Prometheus (or whatever stands in front of it) answered, but not with a usable instant vector."""
 
 
-def instant_vector(status: int, body: bytes) -> list[dict[str, Any]]:
-    """The series of an instant query's answer, or AnswerRefused saying what was wrong with it.
+def query_result(status: int, body: bytes, result_type: str = "vector") -> list[dict[str, Any]]:
+    """The series of a query's answer (an instant vector; a matrix for a range query), or AnswerRefused
+    saying what was wrong with it.
 
     Read whole, not only `data.result` as the client library does: a 200 that says `"status": "error"`, a
     scalar or matrix where a vector was asked, warnings (a partial answer: a store or remote read missing, so
@@ -231,8 +232,8 @@ def instant_vector(status: int, body: bytes) -> list[dict[str, Any]]:
         reason = f"{answer.get('errorType') or 'error'}: {answer.get('error') or 'no reason given'}"
         return _refuse(f"HTTP {status}, status {answer.get('status')!r}: {reason}"[:300])
     data = answer.get("data") if isinstance(answer.get("data"), dict) else {}
-    if data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
-        return _refuse(f"expected an instant vector, got resultType {data.get('resultType')!r}")
+    if data.get("resultType") != result_type or not isinstance(data.get("result"), list):
+        return _refuse(f"expected a {result_type}, got resultType {data.get('resultType')!r}")
     if warnings := answer.get("warnings"):
         return _refuse(f"a partial answer, not used: warnings: {'; '.join(map(str, warnings))}"[:300])
     return data["result"]
@@ -244,18 +245,26 @@ def _refuse(reason: str) -> list[dict[str, Any]]:
 
 def _gist(body: bytes) -> str:
     """The start of a body as one line of text (a proxy's HTML page without its tags)."""
-    text = re.sub(r"<[^>]*>", " ", body[:2000].decode("utf-8", errors="replace"))
+    text = re.sub(r"(?is)<(head|script|style)\b.*?</\1>|<[^>]*>", " ", body[:2000].decode("utf-8", errors="replace"))
     return " ".join(text.split())[:120] or "(empty)"
 
 
 class CheckedPrometheus(PrometheusConnect):
-    """The client library's connection, with instant queries read by `instant_vector`."""
+    """The client library's connection, with answers read whole by `query_result`."""
 
     def custom_query(self, query: str, params: dict | None = None, timeout: float | None = None) -> list[dict[str, Any]]:
-        response = self._session.request(
-            method=self._method, url=f"{self.url}/api/v1/query", params={"query": str(query), **(params or {})},
-            headers=self.headers, auth=self.auth, timeout=self._timeout if timeout is None else timeout)
-        return instant_vector(response.status_code, response.content)
+        return self._get("query", {"query": str(query), **(params or {})}, "vector", timeout)
+
+    def custom_query_range(self, query: str, start_time: datetime, end_time: datetime, step: str,
+                           params: dict | None = None, timeout: float | None = None) -> list[dict[str, Any]]:
+        window = {"start": round(start_time.timestamp()), "end": round(end_time.timestamp()), "step": step}
+        return self._get("query_range", {"query": str(query), **window, **(params or {})}, "matrix", timeout)
+
+    def _get(self, endpoint: str, params: dict[str, Any], result_type: str, timeout: float | None) -> list[dict[str, Any]]:
+        response = self._session.request(method=self._method, url=f"{self.url}/api/v1/{endpoint}", params=params,
+                                         headers=self.headers, auth=self.auth,
+                                         timeout=self._timeout if timeout is None else timeout)
+        return query_result(response.status_code, response.content, result_type)
 
 
 def _guarded_client(config: PrometheusConfig) -> PrometheusConnect:
@@ -347,6 +356,8 @@ class PrometheusSignalSource:
             result = self.client.custom_query_range(
                 promql, start_time=datetime.fromtimestamp(start_s, timezone.utc),
                 end_time=datetime.fromtimestamp(end_s, timezone.utc), step=f"{step_s:g}", params=params)
+        except AnswerRefused as error:
+            raise HistoryUnavailable(str(error)) from None
         except (requests.RequestException, PrometheusApiClientException, ValueError, netguard.OutboundRefused) as error:
             raise HistoryUnavailable(f"{type(error).__name__}: {error}"[:300]) from None
         keys = {self._key(pool.labels): pool.name for pool in pools}
@@ -374,6 +385,8 @@ class PrometheusSignalSource:
             name = futures[future]
             try:
                 answers[name] = future.result()
+            except AnswerRefused as error:  # already a sentence
+                errors[name] = str(error)
             except Exception as error:  # noqa: BLE001 - whatever failed, that signal is unknown
                 errors[name] = f"{type(error).__name__}: {error}"[:300]
         for future in late:

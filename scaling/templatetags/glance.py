@@ -50,7 +50,8 @@ def _pool_glance(pool: Pool, samples: list[SignalSample], oldest: Proposal | Non
     # The planner holds while its signals are unknown (stored as null when unknown since it started).
     unknown_s = (decision.get("signals_unknown_for_s") or math.inf) if decision.get("hold") else None
     freshness, fresh = glance.freshness(status.observed_at if status else None, now,
-                                        planner.last_error if planner else "", unknown_s)
+                                        planner.last_error if planner else "", unknown_s,
+                                        glance.read_errors((planner.read_errors or {}) if planner else {}))
     return glance.PoolNow(
         readings=tuple(readings),
         at_ceiling=glance.ceiling(status.desired_replicas if status else None, pool.max_replicas),
