@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -36,6 +37,7 @@ class Answer:
     status: int
     body: bytes
     url: str  # where it came from, after redirects
+    retry_after_s: float | None = None  # the Retry-After header in seconds (an HTTP date is read as such)
 
     @property
     def text(self) -> str:
@@ -90,6 +92,20 @@ def _cut_to_origin(match: re.Match[str]) -> str:
     if parts.path in ("", "/") and not parts.query and not parts.fragment and "@" not in parts.netloc:
         return url + trail  # nothing secret in it
     return f"{origin(url)}/…{trail}"
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After in seconds from now: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _session() -> requests.Session:
@@ -160,5 +176,5 @@ def post(url: str, body: bytes, headers: dict[str, str], *, timeout_s: float | N
                     )
                 url = location
                 continue
-            return Answer(response.status_code, content, url)
+            return Answer(response.status_code, content, url, retry_after(response.headers.get("Retry-After")))
     raise OutboundRefused(f"more than {settings.OUTBOUND_MAX_REDIRECTS} redirects")

@@ -38,6 +38,7 @@ from scaling.models import Proposal, ProposalEvent
 # Events older than this are history, not news: a channel added today does not replay last week.
 OUTBOX_HORIZON = timedelta(days=1)
 FAN_OUT_BATCH = 200
+RETRY_AFTER_MAX_S = 3600  # a receiver's Retry-After is honoured up to an hour; a longer one is a typo or a ban
 AUTO = core.Actor(user=None, channel=ActorChannel.AUTO)
 logger = logging.getLogger(__name__)
 
@@ -298,7 +299,17 @@ def _record_failure(notification: Notification, exc: TransportError, now: dateti
         if final:
             _finish(notification, NotificationState.FAILED, error)
         else:
-            notification.last_error, notification.next_attempt_at = error, now + backoff(notification.attempts)
+            wait = backoff(notification.attempts)
+            if exc.retry_after_s is not None:
+                # The receiver said when (a 429's Retry-After, at most an hour): not before, for any of this
+                # channel's messages, so a backlog does not spend the wait knocking on the same limit.
+                asked = timedelta(seconds=min(exc.retry_after_s, RETRY_AFTER_MAX_S))
+                wait = max(wait, asked)
+                error = f"{error} (the receiver asked to wait {asked.total_seconds():.0f} s)"
+                Notification.objects.filter(channel=channel, state=NotificationState.PENDING,
+                                            next_attempt_at__lt=now + asked).exclude(pk=notification.pk) \
+                    .update(next_attempt_at=now + asked)
+            notification.last_error, notification.next_attempt_at = error, now + wait
             Notification.objects.filter(pk=notification.pk).update(last_error=error,
                                                                    next_attempt_at=notification.next_attempt_at)
         Channel.objects.filter(pk=channel.pk).update(last_error=error, last_error_at=now)

@@ -18,11 +18,13 @@ class TransportError(Exception):
     """A failed delivery. `permanent`: retrying cannot help. `disables_channel`: the channel's own
     address is broken (Slack said no_service, policy refuses the host), so it stops until fixed."""
 
-    def __init__(self, message: str, *, permanent: bool = False, disables_channel: bool | None = None) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, disables_channel: bool | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.permanent = permanent
         self.disables_channel = permanent if disables_channel is None else disables_channel
+        self.retry_after_s = retry_after_s  # the receiver's Retry-After: no try before it
 
 
 ADDRESS_REFUSED = (401, 403, 404, 410)
@@ -78,7 +80,7 @@ class Transport:
         permanent = 400 <= answer.status < 500 and answer.status not in (408, 429)
         detail = answer_detail(answer, 200)
         raise TransportError(f"{answer.status} from {outbound.origin(answer.url)}: {detail}", permanent=permanent,
-                             disables_channel=answer.status in ADDRESS_REFUSED)
+                             disables_channel=answer.status in ADDRESS_REFUSED, retry_after_s=answer.retry_after_s)
 
     def post_json(self, url: str, payload: dict[str, Any], headers: dict[str, str] | None = None,
                   body: bytes | None = None) -> outbound.Answer:

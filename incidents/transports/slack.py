@@ -161,11 +161,12 @@ class SlackTransport(Transport):
             raise TransportError(detail, permanent=True)
         if answer.status == 400:
             raise TransportError(detail, permanent=True, disables_channel=False)  # our payload: fix the code
-        raise TransportError(detail)
+        raise TransportError(detail, retry_after_s=answer.retry_after_s)
 
     def _to_response_url(self, url: str, payload: dict[str, Any]) -> None:
         """A response_url belongs to one message; its failures (expired, used up) leave the channel alone."""
         try:
             self.post_json(url, payload)
         except TransportError as exc:
-            raise TransportError(exc.message, permanent=exc.permanent, disables_channel=False) from exc
+            raise TransportError(exc.message, permanent=exc.permanent, disables_channel=False,
+                                 retry_after_s=exc.retry_after_s) from exc
