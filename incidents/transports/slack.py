@@ -3,6 +3,7 @@ one message when an alert fires (with its incident's buttons: acknowledge, mitig
 it resolves."""
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +31,21 @@ RESPONSE_URL_LIFETIME = timedelta(minutes=30)
 RESPONSE_URL_USES = 5
 # These answers mean the webhook itself is gone (removed app, archived channel, revoked token).
 GONE = {403, 404, 410}
+# The same said in a 200's `{"ok": false, "error": ...}` (Slack's API shape, which relays and response_urls use).
+GONE_ERRORS = {"channel_not_found", "channel_is_archived", "invalid_auth", "invalid_token", "not_authed",
+               "account_inactive", "token_revoked", "no_service", "no_team", "team_disabled", "action_prohibited"}
+RATE_LIMITED_ERRORS = {"ratelimited", "rate_limited"}
+
+
+def refused_in_body(answer: outbound.Answer) -> str:
+    """The `error` of a 2xx answer whose JSON says `"ok": false` ('' for any other answer, Slack's "ok" included)."""
+    try:
+        body = json.loads(answer.body)
+    except ValueError:
+        return ""
+    if isinstance(body, dict) and body.get("ok") is False:
+        return str(body.get("error") or "unknown_error")
+    return ""
 
 
 def action_block_id(proposal_id: int, channel_id: int) -> str:
@@ -155,6 +171,12 @@ class SlackTransport(Transport):
 
     def raise_for_answer(self, answer: outbound.Answer) -> None:
         if 200 <= answer.status < 300:
+            # A 200 is not a delivery when its body says `"ok": false`: the message was not posted.
+            if error := refused_in_body(answer):
+                detail = f"Slack answered {answer.status} but refused the message: {error}"
+                if error in RATE_LIMITED_ERRORS:
+                    raise TransportError(detail, retry_after_s=answer.retry_after_s)
+                raise TransportError(detail, permanent=True, disables_channel=error in GONE_ERRORS)
             return
         detail = f"Slack answered {answer.status} {answer_detail(answer, 100)}".strip()
         if answer.status in GONE or answer.text.strip() == "invalid_token":

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from controlplane.models import Pool
@@ -22,6 +23,33 @@ HOOK = "/services/T1/B1/hook"
 def send_all() -> list:
     services.fan_out()
     return [services.deliver(pk) for pk in services.due_notifications()]
+
+
+@pytest.mark.parametrize("error", ["channel_not_found", "invalid_auth"])
+def test_a_refusal_inside_a_200_is_no_delivery_and_stops_the_channel(pool: Pool, alice: User, receiver: Receiver,
+                                                                      slack_channel: Channel, error: str) -> None:
+    receiver.answers[HOOK] = (200, f'{{"ok": false, "error": "{error}"}}'.encode(), {"Content-Type": "application/json"})
+    propose(pool, alice)
+    [delivery] = send_all()
+    assert delivery.state == NotificationState.FAILED and error in delivery.error
+    slack_channel.refresh_from_db()
+    assert not slack_channel.enabled and error in slack_channel.disabled_reason and slack_channel.last_delivered_at is None
+    client = Client()
+    client.force_login(alice)
+    assert f"Slack answered 200 but refused the message: {error}" in client.get("/integrations/channels/").content.decode()
+
+
+def test_a_rate_limit_inside_a_200_is_retried_after_the_wait_asked(pool: Pool, alice: User, receiver: Receiver,
+                                                                    slack_channel: Channel) -> None:
+    receiver.answers[HOOK] = (200, b'{"ok": false, "error": "ratelimited"}', {"Retry-After": "120"})
+    propose(pool, alice)
+    before = timezone.now()
+    [delivery] = send_all()
+    notification = Notification.objects.get(pk=delivery.notification_id)
+    assert notification.state == NotificationState.PENDING and "ratelimited" in notification.last_error
+    assert notification.next_attempt_at >= before + timedelta(seconds=120)
+    slack_channel.refresh_from_db()
+    assert slack_channel.enabled  # slowed down, not broken
 
 
 def test_a_429_holds_the_channels_backlog_until_its_retry_after(pool: Pool, alice: User, receiver: Receiver,
