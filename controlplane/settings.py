@@ -194,7 +194,9 @@ TEMPLATES = [
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'headroom.sqlite3'}")
 CONN_MAX_AGE = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE)}
+    # Health checks: a kept connection that PostgreSQL dropped while idle (a failover, pg_terminate_backend, a
+    # proxy's idle timeout) is replaced before a task's or request's first query, instead of failing it.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=CONN_MAX_AGE, conn_health_checks=True)}
 except Exception as exc:  # dj_database_url raises several types; all mean the same thing here
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
