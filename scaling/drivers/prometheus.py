@@ -234,8 +234,11 @@ def query_result(status: int, body: bytes, result_type: str = "vector") -> list[
     data = answer.get("data") if isinstance(answer.get("data"), dict) else {}
     if data.get("resultType") != result_type or not isinstance(data.get("result"), list):
         return _refuse(f"expected a {result_type}, got resultType {data.get('resultType')!r}")
-    if warnings := answer.get("warnings"):
-        return _refuse(f"a partial answer, not used: warnings: {'; '.join(map(str, warnings))}"[:300])
+    # A warning from a store that did not answer means the sums miss part of the load; Prometheus' own
+    # annotations ("PromQL info: …", "PromQL warning: …", e.g. a histogram's buckets fixed for monotonicity,
+    # common on real histograms) are about the expression's arithmetic and leave the answer whole.
+    if partial := [str(warning) for warning in answer.get("warnings") or () if not str(warning).startswith("PromQL ")]:
+        return _refuse(f"a partial answer, not used: warnings: {'; '.join(partial)}"[:300])
     return data["result"]
 
 

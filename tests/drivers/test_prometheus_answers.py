@@ -127,6 +127,16 @@ def test_an_answer_an_hour_old_everywhere_is_not_fresh(prometheus: FakePrometheu
     assert "-3600 s from the instant asked" in signals.errors["queue_depth"]
 
 
+def test_prometheus_own_annotations_leave_the_answer_whole(prometheus: FakePrometheus) -> None:
+    """Prometheus 2.46+ returns notes on the expression in `warnings` (a histogram's buckets fixed for
+    monotonicity is common on real vLLM histograms): not a store missing, so the answer is used."""
+    note = "PromQL warning: input to histogram_quantile needed to be fixed for monotonicity (and may give inaccurate results)"
+    prometheus.answer = only_queue_depth(lambda at: (200, json.dumps(vector(at, "3", LABELS, OTHER) | {
+        "warnings": [note]}).encode()))
+    signals = read(prometheus)
+    assert signals["chat"].queue_depth.value == 3.0 and signals.errors == {}
+
+
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
 def test_a_value_that_is_not_a_number_is_unknown(prometheus: FakePrometheus, value: str) -> None:
     prometheus.answer = only_queue_depth(lambda at: (200, json.dumps(vector(at, value, LABELS, OTHER)).encode()))
