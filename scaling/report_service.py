@@ -221,7 +221,11 @@ def _enqueue(report_id: int, expires_s: float | None = None) -> None:
     if not settings.CELERY_TASK_ALWAYS_EAGER:
         from scaling.tasks import run_warm_pool_report
 
-        run_warm_pool_report.apply_async((report_id,), expires=expires_s)
+        try:
+            run_warm_pool_report.apply_async((report_id,), expires=expires_s)
+        except Exception:  # noqa: BLE001 - any broker failure: the report is stored, pending, and the sweep hands it out
+            logger.warning("could not queue warm-pool report #%s; the sweep hands it to a worker within %s min",
+                           report_id, round(PENDING_PICKUP.total_seconds() / 60), exc_info=True)
         return
 
     def run_here() -> None:

@@ -330,3 +330,30 @@ def test_the_page_names_days_that_are_not_a_number(pool: Pool, alice: User) -> N
     response = client.post(f"/pools/{pool.pk}/reports/", {"days": "abc", "sizes": "0"})
     assert response.status_code == 400 and "days: &#x27;abc&#x27; is not a number" in response.content.decode()
     assert not WarmPoolReport.objects.exists()
+
+
+def test_a_report_asked_for_while_the_broker_is_down_is_kept_for_the_sweep(
+        pool: Pool, alice: User, monkeypatch: pytest.MonkeyPatch, settings, django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
+    """Redis down at the moment of asking: the person gets the report (pending) with a 201, not a 500 for a
+    report that was stored anyway; the sweep hands it to a worker once the broker is back."""
+    from kombu.exceptions import OperationalError
+
+    def broker_down(*args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    monkeypatch.setattr(tasks.run_warm_pool_report, "apply_async", broker_down)
+    _store_history(pool)
+    client = APIClient()
+    client.force_authenticate(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post("/api/v1/reports/", {"pool": pool.pk, "days": HOURS / 24 - 0.001, "sizes_pct": [0]},
+                             format="json")
+    assert answer.status_code == 201, answer.content
+    report = WarmPoolReport.objects.get(pk=answer.json()["id"])
+    assert report.state == ReportState.PENDING
+    handed_out: list[int] = []
+    monkeypatch.setattr(tasks.run_warm_pool_report, "apply_async",
+                        lambda args, expires=None: handed_out.append(args[0]))
+    report_service.retake_stalled(now=timezone.now() + report_service.PENDING_PICKUP + timedelta(seconds=1))
+    assert handed_out == [report.pk]
