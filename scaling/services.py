@@ -676,6 +676,9 @@ def _record_failure(proposal: Proposal, exc: Exception, now: datetime | None = N
             _transition(locked, ProposalState.FAILED, core.Actor(None, Channel.AUTO), locked.last_error)
         else:
             wait = _backoff_s(locked.attempts)
+            if isinstance(exc, DriverError) and exc.retry_after_s is not None:
+                # The API server said when (API Priority and Fairness' 429): not before, within the backoff's cap.
+                wait = max(wait, min(exc.retry_after_s, RETRY_CAP_S))
             locked.lease_until = now + timedelta(seconds=wait)
             locked.last_error = (f"attempt {locked.attempts} of {settings.EXECUTION_MAX_ATTEMPTS} failed: {message}; "
                                  f"next try in {wait:.0f} s")

@@ -4,16 +4,17 @@ from __future__ import annotations
 from typing import Any
 
 REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
-           410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 500: "InternalError"}
+           410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError"}
 
 
 class ApiError(Exception):
     def __init__(self, code: int, message: str, *, name: str = "", group: str = "", kind: str = "",
-                 reason: str | None = None) -> None:
+                 reason: str | None = None, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.code, self.message = code, message
         self.name, self.group, self.kind = name, group, kind
         self.reason = reason or REASONS.get(code, "Unknown")
+        self.retry_after_s = retry_after_s  # sent as the Retry-After header and details.retryAfterSeconds
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -22,6 +23,8 @@ class ApiError(Exception):
         }
         if self.name or self.kind:
             body["details"] = {"name": self.name, "group": self.group, "kind": self.kind}
+        if self.retry_after_s is not None:
+            body.setdefault("details", {})["retryAfterSeconds"] = self.retry_after_s
         return body
 
 

@@ -42,6 +42,9 @@ class KubeFaults:
     fail_next: int = 0  # the next N API requests are answered 500
     conflict_storm: int = 0  # the next N writes (PUT/PATCH) are answered 409
     late_write_answer_s: float = 0.0  # a write is applied at once, its answer sent this much later
+    # The next N API requests are answered 429 with this Retry-After, as API Priority and Fairness throttles.
+    throttle_next: int = 0
+    throttle_retry_after_s: int = 1
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,10 @@ class KubeApiServer:
         """Decide whether this request fails by injection (and use up a counted fault)."""
         with self._fault_lock:
             faults = self.faults
+            if faults.throttle_next > 0:
+                faults.throttle_next -= 1
+                return ApiError(429, "Too many requests, please try again later. (injected)",
+                                retry_after_s=faults.throttle_retry_after_s)
             if faults.fail_next > 0:
                 faults.fail_next -= 1
                 return ApiError(500, "injected fault: internal error")
@@ -178,12 +185,14 @@ class _Handler(QuietHandler):
             if answer is not STREAMED:
                 self._send(200, answer)
         except ApiError as error:
-            self._send(error.code, error.status())
+            self._send(error.code, error.status(), retry_after_s=error.retry_after_s)
 
-    def _send(self, status: int, payload: Any) -> None:
+    def _send(self, status: int, payload: Any, retry_after_s: int | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if retry_after_s is not None:
+            self.send_header("Retry-After", str(retry_after_s))
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -120,10 +120,12 @@ def stated_max_num_seqs(command_lines: Iterable[Sequence[str]]) -> int | None:
 class DriverError(Exception):
     """A failed call. `permanent` failures are not retried (not found, forbidden, invalid)."""
 
-    def __init__(self, message: str, *, permanent: bool, status: int | None = None) -> None:
+    def __init__(self, message: str, *, permanent: bool, status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.status = status
+        self.retry_after_s = retry_after_s  # the API server's Retry-After (a 429 or 503): no retry before it
 
 
 class PremiseChanged(DriverError):

@@ -22,7 +22,8 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, InvalidHeader
+from urllib3.util import Retry
 
 from controlplane import netguard
 from scaling.drivers.cluster import (
@@ -140,12 +141,24 @@ def _command_lines(deployment: client.V1Deployment) -> list[list[str]]:
     return [[*(c.command or []), *(c.args or [])] for c in containers]
 
 
+def _retry_after(exc: ApiException) -> float | None:
+    """The seconds an API server asks a client to wait (429 from API Priority and Fairness, 503), if it says."""
+    header = (exc.headers or {}).get("Retry-After")
+    if header is None:
+        return None
+    try:
+        return max(0.0, float(Retry().parse_retry_after(header)))
+    except (InvalidHeader, ValueError):
+        return None
+
+
 def _driver_error(action: str, exc: Exception) -> DriverError:
     if isinstance(exc, netguard.OutboundRefused):
         return DriverError(f"{action}: {exc}", permanent=True)
     if isinstance(exc, ApiException):
         permanent = exc.status is not None and 400 <= exc.status < 500 and exc.status not in (408, 409, 429)
-        return DriverError(f"{action}: HTTP {exc.status}: {_api_message(exc)}", permanent=permanent, status=exc.status)
+        return DriverError(f"{action}: HTTP {exc.status}: {_api_message(exc)}", permanent=permanent, status=exc.status,
+                           retry_after_s=_retry_after(exc))
     if untrusted := _certificate_failure(exc):
         # Retrying cannot help: the next tick meets the same certificate with the same trust store.
         return DriverError(f"{action}: the API server's certificate is not trusted ({untrusted}): put its CA next to "

@@ -180,6 +180,24 @@ def test_a_worker_that_died_after_applying_does_not_write_twice(kube_pool: Pool,
     assert _deployment_replicas(kube) == 4
 
 
+def test_a_throttled_write_waits_the_retry_after_the_api_server_asks_for(kube_pool: Pool, alice: User, bob: User,
+                                                                         kube: SandboxCluster) -> None:
+    """API Priority and Fairness answers 429 with Retry-After: the next try comes no sooner than asked (not on
+    the 5 s backoff's first step), and the change lands once the server lets it."""
+    kube.api.faults.throttle_next, kube.api.faults.throttle_retry_after_s = 1, 60
+    proposal = _propose(kube_pool, alice, target=3)
+    services.approve(proposal.pk, _actor(bob))
+    started = timezone.now()
+    throttled = services.execute(proposal.pk, KubernetesDriver(kube.url))
+    assert throttled.state == ProposalState.EXECUTING and "HTTP 429" in throttled.last_error
+    assert throttled.lease_until >= started + timedelta(seconds=60), throttled.last_error
+    assert "next try in 60 s" in throttled.last_error
+    assert services.claim_execution(proposal.pk, now=throttled.lease_until - timedelta(seconds=1)) is None
+    resumed = services.claim_execution(proposal.pk, now=throttled.lease_until + timedelta(seconds=1))
+    done = services.apply_change(resumed, KubernetesDriver(kube.url))
+    assert done.applied_at is not None and _deployment_replicas(kube) == 3
+
+
 def test_conflict_storms_are_retried_and_server_errors_fail_clearly(kube_pool: Pool, alice: User, bob: User, kube: SandboxCluster) -> None:  # noqa: E501
     kube.api.faults.conflict_storm = 3
     proposal = _propose(kube_pool, alice, target=3)
