@@ -93,6 +93,10 @@ def literal_refusal(url: str, allow_list: str = NOTIFICATIONS) -> str | None:
     if not host:
         return "the URL has no host"
     try:
+        parts.port  # noqa: B018 - read for its check: a port out of 0-65535 or not a number raises
+    except ValueError:
+        return "the URL's port is not a number from 0 to 65535"
+    try:
         reason = refusal(ipaddress.ip_address(host), allow_list)
     except ValueError:
         return None

@@ -38,6 +38,13 @@ def test_it_refuses_other_schemes(url: str) -> None:
         _post(url)
 
 
+@pytest.mark.parametrize("url", ["https://hooks.example.com:99999/services/T0/B0/secret",
+                                 "https://hooks.example.com:http/services/T0/B0/secret"])
+def test_a_port_that_cannot_be_is_refused_when_saved_without_echoing_the_url(url: str) -> None:
+    reason = outbound.literal_refusal(url)
+    assert reason == "the URL's port is not a number from 0 to 65535"  # and no secret path in it
+
+
 def test_the_allow_list_lets_an_admin_reach_an_internal_receiver(settings, receiver: Receiver) -> None:  # noqa: ANN001
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     answer = _post(receiver.url("/hook"))
