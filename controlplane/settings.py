@@ -117,7 +117,7 @@ def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
 # Production is served over HTTPS only, behind a TLS proxy; the demo (DEBUG=1) over plain http on 127.0.0.1.
 HTTPS_ONLY = env_bool("HTTPS_ONLY", not DEBUG)
 SECURE_SSL_REDIRECT = HTTPS_ONLY
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # the kubelet and Prometheus reach the pod itself, over plain http
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]  # the kubelet and Prometheus reach the pod itself, over plain http
 SESSION_COOKIE_SECURE = HTTPS_ONLY
 CSRF_COOKIE_SECURE = HTTPS_ONLY
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS_ONLY else 0, minimum=0)

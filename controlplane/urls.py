@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("scaling.urls")),
     path("", include("incidents.urls")),
     path("healthz", views.healthz, name="healthz"),
+    path("livez", views.livez, name="livez"),
     # Pages without an icon link (the admin) make browsers ask for /favicon.ico: the same icon.
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("metrics", views.metrics, name="metrics"),

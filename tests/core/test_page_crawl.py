@@ -644,7 +644,7 @@ def test_no_page_or_api_get_answers_a_server_error(answers: list[Answer]) -> Non
 
 
 # Who may GET these without a login, and what they hear.
-PUBLIC = {"login": 200, "healthz": 200, "/favicon.ico": 301, "metrics": 401, "logout": 405, "admin:login": 200,
+PUBLIC = {"login": 200, "healthz": 200, "livez": 200, "/favicon.ico": 301, "metrics": 401, "logout": 405, "admin:login": 200,
           "admin:logout": 302, "incidents:slack-interactions": 405, "/api/no-such-page/": 404}
 
 
