@@ -160,6 +160,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "controlplane.middleware.RequestIdMiddleware",  # first: every later log line of the request carries its id
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # /static/ with DEBUG off (gunicorn serves nothing by itself)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -221,7 +222,10 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# No STATIC_ROOT and no collectstatic: WhiteNoise serves the files where the finders find them (static/, the
+# apps', drf-spectacular-sidecar's), so the image needs no build step and its root filesystem stays read-only.
+# A few hundred files, indexed once per process at start-up.
+WHITENOISE_USE_FINDERS = True
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
