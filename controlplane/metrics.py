@@ -5,7 +5,7 @@ Two sources, both right with any number of web and worker processes:
 - the database, read at each scrape: proposals by state, notifications by state, disabled channels,
   firing alerts, and how long ago each cluster's last tick was recorded (whatever process ticked);
 - counters that the loop and the outbox add to in the cache: tick durations and lateness, decisions by
-  reason, delivery failures. Production's cache is Redis (`CACHE_URL`), so every worker adds to the same
+  reason, tick failures, delivery failures. Production's cache is Redis (`CACHE_URL`), so every worker adds to the same
   numbers; the demo's loop runs in the web process, whose memory cache serves them. A cache that lost
   them starts again from zero, which Prometheus reads as a counter reset.
 """
@@ -83,6 +83,14 @@ def record_tick(started: float, finished: float, decisions: Iterable[dict]) -> N
 
 
 @_never_raises
+def record_tick_failure(cluster: str, stage: str) -> None:
+    """A tick that failed for `cluster`: `read` once a tick when its reads failed, `pool` per pool whose tick raised.
+
+    The heartbeat counts a recorded failure as a tick (the loop ran), so this is what says it ran in vain."""
+    _count(f"tick_failure:{cluster}:{stage}")
+
+
+@_never_raises
 def record_notification_failure(kind: str, *, final: bool) -> None:
     """A failed delivery attempt of a channel `kind`; `final` when it gave up (or the failure was permanent)."""
     _count(f"notification_failure:{kind}:{'final' if final else 'retrying'}")
@@ -126,6 +134,12 @@ class HeadroomCollector:
         for reason, count in sorted(_cached_counters("decision:").items()):
             decisions.add_metric([reason], count)
         yield decisions
+        tick_failures = CounterMetricFamily("headroom_tick_failures", "Ticks that failed, by cluster and stage: read "
+                                            "(the cluster's reads failed, once a tick), pool (a pool's tick raised).",
+                                            labels=["cluster", "stage"])
+        for key, count in sorted(_cached_counters("tick_failure:").items()):
+            tick_failures.add_metric(key.rsplit(":", 1), count)
+        yield tick_failures
         failures = CounterMetricFamily("headroom_notification_failures", "Failed delivery attempts by channel kind; "
                                        "outcome=final when the notification gave up.", labels=["kind", "outcome"])
         for key, count in sorted(_cached_counters("notification_failure:").items()):
@@ -161,4 +175,4 @@ def exposition(now: datetime | None = None) -> bytes:
     return generate_latest(registry)
 
 
-__all__ = ["HeadroomCollector", "exposition", "record_notification_failure", "record_tick"]
+__all__ = ["HeadroomCollector", "exposition", "record_notification_failure", "record_tick", "record_tick_failure"]

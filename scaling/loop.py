@@ -505,6 +505,7 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime, hol
         logger.exception("reading cluster %s failed", cluster.name)
         signals, errors = {}, {f"{cluster.name}: read": f"{type(exc).__name__}: {exc}"}
     if errors:  # the on-call's log names each failed query or call, not only the pool page
+        metrics.record_tick_failure(cluster.name, "read")
         logger.warning("cluster %s: %d reads failed this tick: %s", cluster.name, len(errors),
                        glance.read_errors(errors, names_shown=len(errors)))
     diverted = _fallback_rates(cluster_pools, signals, now)
@@ -519,6 +520,7 @@ def tick_cluster(cluster: Cluster, cluster_pools: list[Pool], now: datetime, hol
                                          cluster, pool, errors)))
         except Exception as exc:  # noqa: BLE001 - recorded for this pool; the others are still planned
             errors[f"{pool}: tick"] = _record_pool_error(pool, exc, now)
+            metrics.record_tick_failure(cluster.name, "pool")
     return reports, errors
 
 
