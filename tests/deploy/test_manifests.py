@@ -161,6 +161,17 @@ def test_the_alert_rules_use_metrics_headroom_exports() -> None:
     assert all(rule["alert"] in documented for rule in rules)
 
 
+def test_a_terminating_web_pod_keeps_accepting_until_the_service_has_dropped_it() -> None:
+    # gunicorn stops accepting at SIGTERM; the endpoints controller and the ingress drop the pod only after it
+    # began terminating. A preStop pause covers that gap, and the grace period covers the pause plus the drain.
+    spec = _pod_specs()["headroom-web"]
+    [web] = spec["containers"]
+    pause_s = web["lifecycle"]["preStop"]["sleep"]["seconds"]
+    graceful_s = int(web["command"][web["command"].index("--graceful-timeout") + 1])
+    assert pause_s >= 5
+    assert spec["terminationGracePeriodSeconds"] > pause_s + graceful_s
+
+
 def test_the_pod_disruption_budgets_cover_the_web_and_the_workers() -> None:
     for name in ("headroom-web", "headroom-worker"):
         budget = _one("PodDisruptionBudget", name)["spec"]
