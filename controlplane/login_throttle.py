@@ -5,16 +5,24 @@ failures), in fixed windows of LOGIN_THROTTLE_WINDOW_S from the first failure. O
 A success clears its user name's counter but never the address's: an attacker who owns one account
 must not reset the count of their guesses at everyone else's. API tokens are not passwords and
 are not counted here.
+
+A cache that does not answer (Redis down or hung) does not lock everyone out: the count is skipped with a
+warning, and passwords are checked as always. The on-call signing in during an outage that took Redis
+with it needs Headroom most.
 """
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,20 +61,30 @@ def _keys(username: str, address: str) -> dict[str, int]:
 def check(username: str, address: str) -> Throttled | None:
     """Whether a login for `username` from `address` must wait (None: it may be tried)."""
     limits = _keys(username, address)
-    counts = cache.get_many(list(limits))
+    try:
+        counts = cache.get_many(list(limits))
+    except RedisError as exc:
+        logger.warning("login throttling skipped: the cache did not answer (%s)", exc)
+        return None
     if any(counts.get(key, 0) >= limit for key, limit in limits.items()):
         return Throttled(settings.LOGIN_THROTTLE_WINDOW_S)
     return None
 
 
 def record_failure(username: str, address: str) -> None:
-    for key in _keys(username, address):
-        cache.add(key, 0, timeout=settings.LOGIN_THROTTLE_WINDOW_S)  # starts the window; no-op when counting
-        try:
-            cache.incr(key)
-        except ValueError:  # expired between add and incr
-            cache.set(key, 1, timeout=settings.LOGIN_THROTTLE_WINDOW_S)
+    try:
+        for key in _keys(username, address):
+            cache.add(key, 0, timeout=settings.LOGIN_THROTTLE_WINDOW_S)  # starts the window; no-op when counting
+            try:
+                cache.incr(key)
+            except ValueError:  # expired between add and incr
+                cache.set(key, 1, timeout=settings.LOGIN_THROTTLE_WINDOW_S)
+    except RedisError as exc:
+        logger.warning("a failed login was not counted: the cache did not answer (%s)", exc)
 
 
 def record_success(username: str) -> None:
-    cache.delete(next(iter(_keys(username, ""))))
+    try:
+        cache.delete(next(iter(_keys(username, ""))))
+    except RedisError as exc:
+        logger.warning("a login's failure count was not cleared: the cache did not answer (%s)", exc)

@@ -289,7 +289,12 @@ SPECTACULAR_SETTINGS = {
 CACHE_URL = env_str("CACHE_URL", "")
 if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"CACHE_URL must be a redis:// URL or empty, got {CACHE_URL!r}")
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL} if CACHE_URL
+# A Redis that hangs (accepts, never answers) costs a call about 2 s instead of the whole request; 2 s of
+# socket timeout stays above the 1 s BRPOP a Celery worker waits on its queue.
+REDIS_TIMEOUTS = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
+# A hung cache costs a sign-in 2 s, not the request (login_throttle then skips the count).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL,
+                      "OPTIONS": REDIS_TIMEOUTS} if CACHE_URL
           else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Redis is the Celery broker in production; the embedded demo runs tasks without it.
@@ -298,6 +303,12 @@ CELERY_ENABLED = env_bool("CELERY_ENABLED", False)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = not CELERY_ENABLED  # the embedded demo runs tasks in-process
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through LOGGING below (JSON in production)
+# A broker that hangs must not hang the request that enqueues: an approval in the browser or a Slack click
+# (answered within 3 s) publishes on commit. Without these a publish waited for ever; with them it fails in
+# about 2 s, the change stays recorded, and the beat's sweeps run it once Redis answers.
+CELERY_BROKER_CONNECTION_TIMEOUT = REDIS_TIMEOUTS["socket_connect_timeout"]
+CELERY_BROKER_TRANSPORT_OPTIONS = dict(REDIS_TIMEOUTS)
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 # Integrations: each has an explicit switch so a half-configured one never runs by accident.
 PROMETHEUS_ENABLED = env_bool("PROMETHEUS_ENABLED", False)
