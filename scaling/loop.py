@@ -278,9 +278,11 @@ def last_occurrence_peak(pool: Pool, start: datetime, end: datetime) -> float | 
 
 def approved_floor(pool: Pool, now: datetime) -> int:
     """An approved pre-scale holds its target as a floor for the forecast window it was approved for."""
-    active = Proposal.objects.filter(pool=pool, kind=ProposalKind.PRESCALE, state__in=services.APPROVED_STATES) \
-        .filter(Q(floor_until__gt=now) | Q(floor_until__isnull=True, state__in=[ProposalState.APPROVED,
-                                                                                ProposalState.EXECUTING]))
+    # Each branch names its states, so the read is bounded by the index on (pool, state, floor_until), not by
+    # every pre-scale that ever succeeded.
+    active = Proposal.objects.filter(pool=pool, kind=ProposalKind.PRESCALE) \
+        .filter(Q(state__in=services.APPROVED_STATES, floor_until__gt=now)
+                | Q(state__in=[ProposalState.APPROVED, ProposalState.EXECUTING], floor_until__isnull=True))
     return max(active.values_list("target_replicas", flat=True), default=0)
 
 

@@ -88,7 +88,13 @@ class Proposal(models.Model):
             models.CheckConstraint(condition=~Q(current_replicas=models.F("target_replicas")) | Q(kind="manual"),
                                    name="proposal_changes_something"),
         ]
-        indexes = [models.Index(fields=["state", "expires_at"])]
+        indexes = [
+            models.Index(fields=["state", "expires_at"]),
+            # What a tick reads of a pool's proposals (the active ones, the approved pre-scales' floors, the last
+            # hour's applied changes) by these, not by the pool alone: a pool's decided history grows for good.
+            models.Index(fields=["pool", "state", "floor_until"], name="proposal_pool_state_floor"),
+            models.Index(fields=["pool", "applied_at"], name="proposal_pool_applied"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.pool}: {self.current_replicas} → {self.target_replicas} ({self.state})"
@@ -135,6 +141,8 @@ class ColdStart(models.Model):
 
     class Meta:
         ordering = ["-measured_at"]
+        # Every tick reads a pool's latest measurement (the cold-start alert), each scale-up its latest 20.
+        indexes = [models.Index(fields=["pool", "-measured_at", "-id"], name="coldstart_pool_newest")]
 
 
 class PoolStatus(models.Model):
