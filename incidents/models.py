@@ -211,7 +211,9 @@ class Alert(models.Model):
             models.UniqueConstraint(fields=["fingerprint"], condition=Q(state__in=sorted(ACTIVE_ALERT_STATES)),
                                     name="alert_one_active_per_fingerprint"),
         ]
-        indexes = [models.Index(fields=["state", "pool"]), models.Index(fields=["state", "cluster"])]
+        indexes = [models.Index(fields=["state", "pool"]), models.Index(fields=["state", "cluster"]),
+                   # The alerts page's latest resolved ones, without sorting every alert ever resolved.
+                   models.Index(fields=["state", "-resolved_at"], name="alert_state_resolved")]
 
     def __str__(self) -> str:
         return f"{self.tier} {self.rule} {self.pool or self.cluster} ({self.state})"
@@ -315,7 +317,9 @@ class Incident(models.Model):
                                                                     pool_name=""),
                                     name="incident_one_active_system_per_cluster"),
         ]
-        indexes = [models.Index(fields=["state", "opened_at"])]
+        indexes = [models.Index(fields=["state", "opened_at"]),
+                   # The incidents page's latest resolved ones, without sorting every incident ever resolved.
+                   models.Index(fields=["state", "-resolved_at"], name="incident_state_resolved")]
 
     def __str__(self) -> str:
         where = self.scope if self.pool_deleted else self.pool or self.cluster

@@ -94,6 +94,9 @@ class Proposal(models.Model):
             # hour's applied changes) by these, not by the pool alone: a pool's decided history grows for good.
             models.Index(fields=["pool", "state", "floor_until"], name="proposal_pool_state_floor"),
             models.Index(fields=["pool", "applied_at"], name="proposal_pool_applied"),
+            # The pool page's and the API's latest decisions of a pool, newest first, without sorting its history.
+            models.Index(fields=["pool", "-created_at", "-id"], name="proposal_pool_newest"),
+            models.Index(fields=["-created_at", "-id"], name="proposal_newest"),  # the inbox's history, the API's list
         ]
 
     def __str__(self) -> str:

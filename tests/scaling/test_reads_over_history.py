@@ -62,3 +62,21 @@ def test_it_reads_no_more_of_a_pool_with_ten_days_of_decided_proposals_than_with
         add_decided_day(pool, now - timedelta(days=days_ago))
     ten_days = reads_of(tick)
     assert grown(one_day, ten_days) == {}
+
+
+def test_the_pool_page_and_the_inbox_read_no_more_with_ten_days_of_decided_proposals(pool: Pool, alice) -> None:  # noqa: ANN001
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    now = timezone.now()
+
+    def pages() -> None:
+        for url in (f"/pools/{pool.pk}/", f"/pools/{pool.pk}/decisions/", "/approvals/", "/approvals/history/"):
+            assert client.get(url).status_code == 200, url
+
+    add_decided_day(pool, now - timedelta(days=1))
+    one_day = reads_of(pages)
+    for days_ago in range(2, 11):
+        add_decided_day(pool, now - timedelta(days=days_ago))
+    assert grown(one_day, reads_of(pages)) == {}
