@@ -63,7 +63,7 @@ class DispatchedEvent(models.Model):
     """Marks a ProposalEvent as fanned out to channels: the outbox's read cursor, one row per event."""
 
     event = models.OneToOneField(ProposalEvent, on_delete=models.CASCADE, primary_key=True, related_name="dispatch")
-    at = models.DateTimeField(auto_now_add=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)  # markers past the outbox's horizon are pruned by it
 
 
 class Notification(models.Model):

@@ -37,6 +37,7 @@ from scaling.models import Proposal, ProposalEvent
 
 # Events older than this are history, not news: a channel added today does not replay last week.
 OUTBOX_HORIZON = timedelta(days=1)
+DISPATCH_PRUNE_BATCH = 10_000  # markers a sweep deletes at most: a backlog drains over sweeps
 FAN_OUT_BATCH = 200
 RETRY_AFTER_MAX_S = 3600  # a receiver's Retry-After is honoured up to an hour; a longer one is a typo or a ban
 AUTO = core.Actor(user=None, channel=ActorChannel.AUTO)
@@ -161,6 +162,16 @@ def fan_out(now: datetime | None = None) -> list[int]:
                 if notification is not None and notification.state == NotificationState.PENDING:
                     created.append(notification.pk)
     return created
+
+
+def prune_dispatched(now: datetime | None = None, batch: int = DISPATCH_PRUNE_BATCH) -> int:
+    """Delete the outbox's markers older than OUTBOX_HORIZON, at most `batch` of them (oldest first).
+
+    `fan_out` reads only the events of the last OUTBOX_HORIZON, and an event is never younger than its marker: an
+    older marker marks an event nobody reads for the outbox again. Kept, they were one row per event for good."""
+    now = now or timezone.now()
+    oldest = DispatchedEvent.objects.filter(at__lt=now - OUTBOX_HORIZON).order_by("at").values_list("pk", flat=True)
+    return DispatchedEvent.objects.filter(pk__in=list(oldest[:batch])).delete()[0]
 
 
 def remind_due(now: datetime | None = None) -> list[int]:

@@ -27,11 +27,13 @@ def dispatch_traffic_events() -> None:
 
 @shared_task(ignore_result=True)
 def sweep_outbox() -> None:
-    """The outbox's safety net: events nobody fanned out, and retries whose backoff has passed."""
+    """The outbox's safety net: events nobody fanned out, and retries whose backoff has passed; then the
+    markers of events past the outbox's horizon go."""
     services.fan_out()
     traffic_notify.fan_out()  # delivered by the retry half below: each new one is due now
     for notification_id in services.due_notifications():
         deliver_notification.delay(notification_id)
+    services.prune_dispatched()
 
 
 @shared_task(ignore_result=True)
