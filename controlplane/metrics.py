@@ -2,10 +2,12 @@
 it decide and why, what waits for people, what failed to reach them.
 
 Two sources, both right with any number of web and worker processes:
-- the database, read at each scrape: proposals by state, notifications by state, disabled channels,
-  firing alerts, and how long ago each cluster's last tick was recorded (whatever process ticked);
+- the database, read at each scrape: active proposals by state, pending notifications, disabled channels,
+  firing alerts, and how long ago each cluster's last tick was recorded (whatever process ticked). Only
+  what is active, through an index: a count of every row by state would read the whole history at each
+  scrape, a year of it by then;
 - counters that the loop and the outbox add to in the cache: tick durations and lateness, decisions by
-  reason, tick failures, delivery failures. Production's cache is Redis (`CACHE_URL`), so every worker adds to the same
+  reason, tick failures, proposals finished by state, delivery failures. Production's cache is Redis (`CACHE_URL`), so every worker adds to the same
   numbers; the demo's loop runs in the web process, whose memory cache serves them. A cache that lost
   them starts again from zero, which Prometheus reads as a counter reset.
 """
@@ -91,6 +93,12 @@ def record_tick_failure(cluster: str, stage: str) -> None:
 
 
 @_never_raises
+def record_proposal_finished(state: str) -> None:
+    """A proposal reached a terminal state (succeeded, failed, rejected, expired, superseded)."""
+    _count(f"proposal_finished:{state}")
+
+
+@_never_raises
 def record_notification_failure(kind: str, *, final: bool) -> None:
     """A failed delivery attempt of a channel `kind`; `final` when it gave up (or the failure was permanent)."""
     _count(f"notification_failure:{kind}:{'final' if final else 'retrying'}")
@@ -122,7 +130,9 @@ class HeadroomCollector:
     def collect(self) -> Iterator[Metric]:
         from controlplane.models import Cluster
         from incidents.alerts import last_ticks
+        from incidents.choices import NotificationState
         from incidents.models import Alert, Channel, Notification
+        from scaling.choices import ACTIVE_STATES
         from scaling.models import Proposal
 
         now = self.now or timezone.now()
@@ -145,13 +155,21 @@ class HeadroomCollector:
         for key, count in sorted(_cached_counters("notification_failure:").items()):
             failures.add_metric(key.split(":", 1), count)
         yield failures
-        proposals = GaugeMetricFamily("headroom_proposals", "Proposals by state.", labels=["state"])
-        for state, count in Proposal.objects.order_by().values_list("state").annotate(n=Count("pk")):
+        proposals = GaugeMetricFamily("headroom_proposals", "Proposals in an active state (pending, approved, "
+                                      "executing).", labels=["state"])
+        for state, count in Proposal.objects.filter(state__in=ACTIVE_STATES).order_by().values_list("state") \
+                .annotate(n=Count("pk")):
             proposals.add_metric([state], count)
         yield proposals
-        notifications = GaugeMetricFamily("headroom_notifications", "Notifications by state.", labels=["state"])
-        for state, count in Notification.objects.order_by().values_list("state").annotate(n=Count("pk")):
-            notifications.add_metric([state], count)
+        finished = CounterMetricFamily("headroom_proposals_finished", "Proposals that reached a terminal state, by "
+                                       "state.", labels=["state"])
+        for state, count in sorted(_cached_counters("proposal_finished:").items()):
+            finished.add_metric([state], count)
+        yield finished
+        notifications = GaugeMetricFamily("headroom_notifications", "Notifications waiting to be sent (the outbox's "
+                                          "backlog).", labels=["state"])
+        notifications.add_metric([NotificationState.PENDING],
+                                 Notification.objects.filter(state=NotificationState.PENDING).count())
         yield notifications
         yield GaugeMetricFamily("headroom_channels_disabled", "Notification channels disabled after a permanent failure.",
                                 value=Channel.objects.filter(enabled=False).count())

@@ -19,12 +19,20 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane import permissions, services as core
+from controlplane import metrics, permissions, services as core
 from controlplane.choices import Channel, Role
 from controlplane.config import ApprovalPolicy
 from controlplane.errors import ServiceError
 from controlplane.models import Cluster, Pool
-from scaling.choices import ACTIVE_STATES, PRESCALE_TRACK, ProposalKind, ProposalState, can_move, same_track
+from scaling.choices import (
+    ACTIVE_STATES,
+    PRESCALE_TRACK,
+    TERMINAL_STATES,
+    ProposalKind,
+    ProposalState,
+    can_move,
+    same_track,
+)
 from scaling.drivers.cluster import ClusterDriver, DriverError, PremiseChanged, ReplicaStatus, ScalePremise, Workload
 from scaling.drivers.registry import cluster_driver, workload_of
 from scaling.engine.planner import WARM_FLOOR, PlannerState, PoolPlan, record_scale_event
@@ -97,6 +105,8 @@ def _transition(proposal: Proposal, target: str, actor: core.Actor, comment: str
     proposal.save()
     _event(proposal, source, actor, comment, **data)
     core.record(actor, target, proposal, before=before, team=proposal.pool.team)
+    if target in TERMINAL_STATES:  # counted here: a scrape counting the table would read its whole history
+        transaction.on_commit(lambda: metrics.record_proposal_finished(target))
 
 
 def _locked(proposal_id: int) -> Proposal:

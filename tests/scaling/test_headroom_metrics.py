@@ -61,13 +61,41 @@ def test_only_staff_and_the_metrics_token_may_read_it(settings, alice: User, sta
     assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
 
 
-def test_it_counts_proposals_by_state(staff: Client, pool: Pool, alice: User) -> None:
+def test_it_counts_proposals_by_state(staff: Client, pool: Pool, alice: User,
+                                      django_capture_on_commit_callbacks) -> None:  # noqa: ANN001
     actor = core.Actor(user=alice, channel=Channel.API)
-    services.propose(pool, 4, ProposalKind.PRESCALE, actor, current=1)
-    services.propose(pool, 6, ProposalKind.PRESCALE, actor, current=1)  # supersedes the first
+    with django_capture_on_commit_callbacks(execute=True):
+        services.propose(pool, 4, ProposalKind.PRESCALE, actor, current=1)
+        services.propose(pool, 6, ProposalKind.PRESCALE, actor, current=1)  # supersedes the first
     text = _scrape(staff)
     assert _value(text, 'headroom_proposals{state="pending"}') == 1
-    assert _value(text, 'headroom_proposals{state="superseded"}') == 1
+    assert _value(text, 'headroom_proposals{state="superseded"}') is None  # active states only: a gauge
+    assert _value(text, 'headroom_proposals_finished_total{state="superseded"}') == 1
+    assert _value(text, 'headroom_notifications{state="pending"}') == 0
+
+
+def test_a_scrape_reads_no_more_with_ten_days_of_decided_proposals(staff: Client, pool: Pool) -> None:
+    """Left running for a year, the scrape (every 15-30 s, from each web pod) reads what is active, not history."""
+    from incidents.models import Channel as NotifyChannel, Notification
+    from scaling.models import Proposal
+    from tests.history_reads import grown, reads_of
+    from tests.scaling.test_reads_over_history import add_decided_day
+
+    channel = NotifyChannel.objects.create(team=pool.team, name="on-call", kind="webhook",
+                                           settings={"url": "https://hooks.example.com/x"})
+
+    def add_day(day) -> None:  # noqa: ANN001
+        add_decided_day(pool, day)
+        Notification.objects.bulk_create(Notification(channel=channel, proposal=proposal, kind="post", state="delivered",
+                                                      next_attempt_at=day)
+                                         for proposal in Proposal.objects.filter(created_at=day))
+
+    now = timezone.now()
+    add_day(now - timedelta(days=1))
+    one_day = reads_of(lambda: metrics.exposition(now))
+    for days_ago in range(2, 11):
+        add_day(now - timedelta(days=days_ago))
+    assert grown(one_day, reads_of(lambda: metrics.exposition(now))) == {}
 
 
 def test_a_tick_records_its_duration_lateness_and_decisions_by_reason(staff: Client, kube_pool: Pool,
