@@ -337,6 +337,12 @@ TICK_LEASE_S = env_int("TICK_LEASE_S", 60, minimum=15)
 # Per-tick samples (SignalSample) older than this are deleted by the tick. At least 8 days: a forecaster
 # rebuilt from the history (a new pool, a changed cold start) reads 8 days for its daily and weekly seasons.
 SIGNAL_SAMPLE_RETENTION_DAYS = env_int("SIGNAL_SAMPLE_RETENTION_DAYS", 9, minimum=8)
+# Finished proposals (with their events and notifications) older than this are deleted by the tick; 0 keeps them
+# all. At least 7 when set: the loop reads none past a day, people review the last week's decisions.
+PROPOSAL_RETENTION_DAYS = env_int("PROPOSAL_RETENTION_DAYS", 0, minimum=0)
+if 0 < PROPOSAL_RETENTION_DAYS < 7:
+    raise ImproperlyConfigured(f"PROPOSAL_RETENTION_DAYS must be 0 (keep every proposal) or at least 7, "
+                               f"got {PROPOSAL_RETENTION_DAYS}")
 # Where the files named by a cluster's credentials_ref (token:NAME, kubeconfig:NAME) are mounted.
 KUBE_CREDENTIALS_DIR = env_str("KUBE_CREDENTIALS_DIR", "/var/run/headroom/credentials")
 SLACK_ENABLED = env_bool("SLACK_ENABLED", False)

@@ -25,7 +25,8 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.core.cache import cache
-from django.db.models import Max, Min, Q, QuerySet
+from django.db.models import Exists, Max, Min, OuterRef, Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from controlplane import config, metrics
@@ -33,9 +34,17 @@ from controlplane import services as core
 from controlplane.choices import Channel, SloIndicator
 from controlplane.models import Cluster, Pool
 from incidents.alerts import evaluate_alerts
-from incidents.models import HourlyRollup
+from incidents.models import HourlyRollup, Incident, PlaybookRunStep
+from incidents.timeline import LOOKBACK as INCIDENT_LOOKBACK
 from scaling import forecast_store, glance, services, traffic
-from scaling.choices import ACTIVE_STATES, FALLBACK_OPEN_PHASES, PRESCALE_TRACK, ProposalKind, ProposalState
+from scaling.choices import (
+    ACTIVE_STATES,
+    FALLBACK_OPEN_PHASES,
+    PRESCALE_TRACK,
+    TERMINAL_STATES,
+    ProposalKind,
+    ProposalState,
+)
 from scaling.drivers.cluster import DriverError
 from scaling.drivers.prometheus import HistoryUnavailable, PrometheusConfig, PrometheusSignalSource
 from scaling.drivers.registry import cluster_driver, workload_of
@@ -55,6 +64,7 @@ SEASONAL_BIN_S = decide.SEASONAL_BIN_S
 SEASONAL_HISTORY = timedelta(seconds=decide.SEASONAL_HISTORY_S)
 BACKFILL_RETRY_S = 300  # a failed backfill is asked again after this long, not every tick
 SAMPLE_PRUNE_BATCH = 10_000  # rows a tick deletes at most: a backlog (a shortened retention) drains over ticks
+PROPOSAL_PRUNE_BATCH = 500  # proposals a tick deletes at most, each with its events and notifications
 DEFAULT_COLD_START_S = decide.DEFAULT_COLD_START_S
 ARRIVING_LOOKBACK = timedelta(hours=1)  # applied scale-ups older than this are no longer arriving
 FAILED_CHANGE_HOLD_S = 15 * 60  # a change that failed is not proposed again for this long (act)
@@ -459,6 +469,24 @@ def prune_samples(now: datetime, batch: int = SAMPLE_PRUNE_BATCH) -> int:
     return SignalSample.objects.filter(pk__in=list(oldest)).delete()[0]
 
 
+def prune_proposals(now: datetime, batch: int = PROPOSAL_PRUNE_BATCH) -> int:
+    """Delete finished proposals made more than PROPOSAL_RETENTION_DAYS ago (0, the default: keep every one), with
+    their events and notifications, at most `batch` a tick, oldest first.
+
+    Kept whatever their age: those an incident's timeline shows (finished within an incident of their pool, or
+    the minutes before it) and those a playbook run's step made. The audit log keeps its own record of each."""
+    if not settings.PROPOSAL_RETENTION_DAYS:
+        return 0
+    cutoff = now - timedelta(days=settings.PROPOSAL_RETENTION_DAYS)
+    last = Coalesce("finished_at", "created_at")
+    in_incident = Incident.objects.filter(pool=OuterRef("pool"), opened_at__lte=OuterRef("last_at") + INCIDENT_LOOKBACK) \
+        .filter(Q(resolved_at__isnull=True) | Q(resolved_at__gte=OuterRef("created_at")))
+    old = Proposal.objects.filter(created_at__lt=cutoff, state__in=TERMINAL_STATES).annotate(last_at=last) \
+        .exclude(Exists(in_incident)).exclude(Exists(PlaybookRunStep.objects.filter(proposal=OuterRef("pk"))))
+    ids = list(old.order_by("created_at").values_list("pk", flat=True)[:batch])
+    return Proposal.objects.filter(pk__in=ids).delete()[1].get("scaling.Proposal", 0)
+
+
 def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -599,5 +627,6 @@ def tick(pools: list[Pool] | None = None, now: datetime | None = None, holder: s
         errors["alerts"] = f"{type(exc).__name__}: {exc}"
     expired = services.expire_due(now)
     prune_samples(now)
+    prune_proposals(now)
     metrics.record_tick(started, time.time(), [report.decided for report in reports])
     return TickReport(at=now.isoformat(), pools=reports, errors=errors, expired=expired, skipped=skipped)

@@ -61,6 +61,7 @@ def test_other_database_errors_keep_their_traceback(tmp_path: Path) -> None:
     ("SITE_URL", "headroom.example.com", "SITE_URL must be a http:// or https:// URL with a host, "
                                          "got 'headroom.example.com'"),
     ("REDIS_URL", "127.0.0.1:6379", "REDIS_URL must be a redis:// or rediss:// URL with a host, got '127.0.0.1:6379'"),
+    ("PROPOSAL_RETENTION_DAYS", "3", "PROPOSAL_RETENTION_DAYS must be 0 (keep every proposal) or at least 7, got 3"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(tmp_path: Path, setting: str, value: str, message: str) -> None:
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DEBUG": "1", "SECRET_KEY": "x",
