@@ -18,9 +18,10 @@ that are not closed are ended: the pod's label removed, the row closed (and rele
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from controlplane import services as core
@@ -37,6 +38,9 @@ logger = logging.getLogger(__name__)
 # Closed breakers judge the failures of this window (the engine's); half-open ones the probes of the last
 # beat interval only: ejected at least `open_for_s` (30 s) earlier, the pod's old failures are outside it.
 CLOSED_WINDOW, PROBE_WINDOW = "1m", "15s"
+# A gone pod's closed row is deleted once it has not been evaluated this long (it left the fallback's picture
+# long before): a pod missing from one read of the endpoints keeps its row.
+GONE_ENDPOINT_KEPT = timedelta(hours=1)
 
 AUTO = traffic.AUTO
 
@@ -155,9 +159,22 @@ def evaluate(pool: Pool, counts: dict[str, engine.WindowCounts], now: datetime |
         moved |= _step(_breaker(BreakerScope.POOL, pool, "", now), total, now)
     moved |= end_repointed(pool, driver, now)
     states = reconcile(pool, driver, pods)
+    if live is not None:
+        forget_gone_endpoints(pool, live, now)
     if moved:
         tick_fallbacks([pool], now)
     return states
+
+
+def forget_gone_endpoints(pool: Pool, live: set[str], now: datetime) -> int:
+    """Delete the rows of pods that are gone (not listed, not evaluated for GONE_ENDPOINT_KEPT) and never moved:
+    closed, not forced, without a transition. A pool's pods change with every scale-up and -down, and every row
+    is read by each evaluation, the fallback's picture and the pool page: kept, they grow for good. A row that
+    ever moved stays, with its transitions (an incident's timeline shows them)."""
+    gone = CircuitBreaker.objects.filter(scope=BreakerScope.ENDPOINT, pool=pool, state=BreakerState.CLOSED, forced=False,
+                                         updated_at__lt=now - GONE_ENDPOINT_KEPT) \
+        .exclude(endpoint__in=live).exclude(Exists(BreakerTransition.objects.filter(breaker=OuterRef("pk"))))
+    return gone.delete()[0]
 
 
 def end_repointed(pool: Pool, driver: ClusterDriver | None, now: datetime) -> bool:
