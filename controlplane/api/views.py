@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from controlplane import audit_view, permissions, services
 from controlplane.api import serializers
 from controlplane.api.filters import ApiFilterSet, IdFilter
+from controlplane.api.pagination import UncountedPagination
 from controlplane.choices import AuditAction, Channel, Role
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
@@ -142,6 +143,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = AuditEvent.objects.all()
     serializer_class = serializers.AuditEventSerializer
     filterset_class = audit_view.AuditEventFilter  # the same filters as the audit page
+    pagination_class = UncountedPagination  # no total, as on the page: counting the log reads all of it
 
     def get_queryset(self):  # noqa: ANN201
         return services.visible_audit_events(self.request.user)
