@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -178,12 +179,13 @@ class HeadroomCollector:
             alerts.add_metric([tier], count)
         yield alerts
         age = GaugeMetricFamily("headroom_cluster_last_tick_age_seconds", "Seconds since the last tick recorded for "
-                                "the cluster (a stored sample or a recorded failure); absent before the first.",
+                                "the cluster (a stored sample or a recorded failure); +Inf before the first.",
                                 labels=["cluster"])
         names = dict(Cluster.objects.values_list("pk", "name"))
         for cluster_id, last in sorted(last_ticks(now).items()):
-            if last is not None:
-                age.add_metric([names.get(cluster_id, str(cluster_id))], max(0.0, (now - last).total_seconds()))
+            # Never ticked reads as stalled, not as no series: a loop that never started must page too.
+            seconds = math.inf if last is None else max(0.0, (now - last).total_seconds())
+            age.add_metric([names.get(cluster_id, str(cluster_id))], seconds)
         yield age
 
 

@@ -131,6 +131,13 @@ def test_the_last_tick_age_per_cluster_comes_from_the_database(staff: Client, po
     assert _value(text, f'headroom_cluster_last_tick_age_seconds{{cluster="{pool.cluster.name}"}}') == 40
 
 
+def test_a_cluster_whose_pools_never_ticked_reads_as_stalled(staff: Client, pool: Pool) -> None:
+    """A fresh install whose beat never ran: the age is +Inf, so HeadroomLoopStalled (> 60 for 1m) pages
+    instead of finding no series at all."""
+    text = metrics.exposition(timezone.now()).decode()
+    assert _value(text, f'headroom_cluster_last_tick_age_seconds{{cluster="{pool.cluster.name}"}}') == float("inf")
+
+
 def test_notification_failures_are_counted_by_kind_and_outcome(staff: Client) -> None:
     metrics.record_notification_failure("webhook", final=False)
     metrics.record_notification_failure("webhook", final=False)
