@@ -1,0 +1,78 @@
+"""The on-call at 2 AM, on a phone: every page at 390x844 (a touch screen, the mobile viewport), in Debian's
+Chromium against the live server. Measured, never timed: no page wider than the screen, action buttons on it
+and big enough for a thumb, text readable without zoom, names for every control, and the keyboard's focus
+kept where the person acted, through htmx swaps and the fragments' polling. docs/operations.md, "On a phone"."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from playwright.sync_api import Page, expect, sync_playwright
+
+from controlplane import services as core
+from controlplane.choices import Channel
+from controlplane.models import Pool
+from incidents.models import Incident
+from scaling import services
+from scaling.choices import ProposalKind, ShiftPhase
+from scaling.models import Proposal, TrafficShift
+
+from tests.browser.test_approval_flow import CHROMIUM, FLAGS
+from tests.core.conftest import alice, bob, cluster, ml_team, pool  # noqa: F401
+from tests.incidents.test_incident_views import incident  # noqa: F401
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+PHONE = {"width": 390, "height": 844}
+# The page's width as laid out, and every element that reaches past the screen's right edge without a scrolling
+# box of its own around it (on a phone the browser widens the layout to the widest such element and zooms out).
+OVERFLOW = """() => {
+  const screenWidth = window.screen.width;
+  const scrolls = (el) => { for (let box = el.parentElement; box; box = box.parentElement) {
+      if (["auto", "scroll"].includes(getComputedStyle(box).overflowX)) return true; } return false; };
+  const wide = [...document.body.querySelectorAll("*")].filter(el => {
+      const r = el.getBoundingClientRect();
+      return r.width > 0 && r.right > screenWidth + 1 && !scrolls(el); })
+    .map(el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + (el.className && el.className.baseVal === undefined ? "." + el.className : "")
+               + " " + Math.round(el.getBoundingClientRect().right));
+  return {scrollWidth: document.documentElement.scrollWidth, screenWidth, wide: wide.slice(0, 8)};
+}"""
+
+
+@pytest.fixture
+def phone(live_server, monkeypatch) -> Iterator[Page]:  # noqa: ANN001
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"Chromium is not installed at {CHROMIUM} (make system-deps installs it)")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=3)
+        page = context.new_page()
+        page.base_url = live_server.url
+        yield page
+        browser.close()
+
+
+def _sign_in(page: Page, username: str, then: str) -> None:
+    page.goto(page.base_url + "/login/?next=" + then)
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill("pw-" + username)
+    page.get_by_role("button", name="Log in").tap()
+    page.wait_for_url(page.base_url + then)
+
+
+def _fits(page: Page) -> None:
+    measured = page.evaluate(OVERFLOW)
+    assert measured["scrollWidth"] <= measured["screenWidth"], measured
+
+
+def test_the_top_bar_fits_a_phone_and_its_links_are_thumb_sized(phone: Page, alice: User) -> None:  # noqa: F811
+    _sign_in(phone, "alice", "/settings/")  # a page with nothing wide of its own
+    _fits(phone)
+    for link in phone.get_by_role("navigation").get_by_role("link").all() + [
+            phone.get_by_role("button", name="Log out")]:
+        box = link.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (link.inner_text(), box)
+        assert box["height"] >= 44, (link.inner_text(), box)
