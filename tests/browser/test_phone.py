@@ -76,3 +76,16 @@ def test_the_top_bar_fits_a_phone_and_its_links_are_thumb_sized(phone: Page, ali
         box = link.bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (link.inner_text(), box)
         assert box["height"] >= 44, (link.inner_text(), box)
+
+
+def test_wide_tables_scroll_inside_their_box_not_the_page(phone: Page, pool: Pool, incident: Incident,  # noqa: F811
+                                                          alice: User) -> None:  # noqa: F811
+    proposal = services.propose(pool, 4, ProposalKind.MANUAL, core.Actor(alice, Channel.API), current=1,
+                                reasons=[{"code": "manual", "detail": "more room"}])
+    services.reject(proposal.pk, core.Actor(alice, Channel.API), "not now")  # a row in the history
+    _sign_in(phone, "alice", "/incidents/")
+    for path in ("/incidents/", "/alerts/", "/audit/", "/clusters/"):
+        phone.goto(phone.base_url + path)
+        _fits(phone)
+    table = phone.locator(".table-scroll").first
+    assert table.evaluate("box => box.scrollWidth > box.clientWidth")  # the table is wider: its box scrolls
