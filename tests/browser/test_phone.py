@@ -89,3 +89,17 @@ def test_wide_tables_scroll_inside_their_box_not_the_page(phone: Page, pool: Poo
         _fits(phone)
     table = phone.locator(".table-scroll").first
     assert table.evaluate("box => box.scrollWidth > box.clientWidth")  # the table is wider: its box scrolls
+
+
+def test_the_incident_and_pool_pages_fit_with_their_charts_scaled_down(phone: Page, pool: Pool,  # noqa: F811
+                                                                       incident: Incident, alice: User) -> None:  # noqa: F811
+    _sign_in(phone, "alice", f"/incidents/{incident.pk}/")
+    _fits(phone)
+    charts = phone.locator("#incident-live svg[role=img]")
+    expect(charts).to_have_count(8)
+    for chart in charts.all():  # whole, scaled to the screen: not cut off, not squashed
+        box = chart.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+        assert abs(box["height"] / box["width"] - 190 / 560) < 0.01, box
+    phone.goto(phone.base_url + f"/pools/{pool.pk}/")
+    _fits(phone)
