@@ -15,6 +15,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from controlplane import services as core
 from controlplane.choices import Channel
 from controlplane.models import Pool
+from incidents import playbooks
 from incidents.models import Incident
 from scaling import services
 from scaling.choices import ProposalKind, ShiftPhase
@@ -63,6 +64,53 @@ def _sign_in(page: Page, username: str, then: str) -> None:
     page.wait_for_url(page.base_url + then)
 
 
+def _pending(pool: Pool, alice: User) -> Proposal:  # noqa: F811
+    return services.propose(pool, 4, ProposalKind.PRESCALE, core.Actor(alice, Channel.API), current=1,
+                            reasons=[{"code": "PreScaleProposed", "detail": "forecast 3.4x within 30 min"}])
+
+
+def _playbook_run(incident: Incident, alice: User) -> None:  # noqa: F811
+    by_alice = core.Actor(alice, Channel.WEB)
+    playbook = playbooks.save(by_alice, incident.team, "surge", severities=[incident.severity], steps=[
+        playbooks.StepSpec("Take command", "checklist"),
+        playbooks.StepSpec("Pre-scale to warm pool + 50 %", "prescale", {"buffer": 0.5})])
+    playbooks.start_run(incident, playbook, by_alice)
+
+
+def _waiting_shift(pool: Pool, alice: User) -> TrafficShift:  # noqa: F811
+    """A shift to a second pool of the team, parked before its gated step: Approve, Pause and Roll back."""
+    target = Pool.objects.create(cluster=pool.cluster, team=pool.team, name="chat-1b", namespace="inference",
+                                 deployment="vllm-chat-1b", model_name="llama-3.2-1b", gpu_type="L4",
+                                 min_replicas=1, max_replicas=4, route_name="chat", route_backend="vllm-chat-1b")
+    weights = lambda giving, taking: {"vllm-chat-8b": giving, "vllm-chat-1b": taking}  # noqa: E731
+    return TrafficShift.objects.create(
+        cluster=pool.cluster, from_pool=pool, to_pool=target, route_namespace="inference", route_name="chat",
+        from_backend="vllm-chat-8b", to_backend="vllm-chat-1b", steps=[80, 95, 100], hold_s=60, max_p95_s=1.0,
+        max_error_rate=0.01, failure_threshold=3, no_data_deadline_s=120, start_weights=weights(100, 0),
+        planned_weights=[weights(20, 80), weights(5, 95), weights(0, 100)], created_by=alice,
+        created_channel=Channel.API, phase=ShiftPhase.WAITING_APPROVAL, step=1, good_step=1, gated_steps=[2],
+        step_since=timezone.now(), current_weights=weights(20, 80), idempotency_key="phone-waiting")
+
+
+# Every control a thumb uses on the page: where it is and how big.
+TARGETS = """() => [...document.querySelectorAll(
+    "main button, main a.button, main input:not([type=hidden]), main select, main textarea, main summary")]
+  .filter(el => el.getClientRects().length)
+  .map(el => { const r = el.getBoundingClientRect();
+    return {name: (el.innerText || el.getAttribute("aria-label") || el.name || el.type).trim().slice(0, 40),
+            checkbox: el.type === "checkbox", left: Math.round(r.left), right: Math.round(r.right),
+            height: Math.round(r.height)}; })"""
+
+
+def _thumb_sized(page: Page) -> list[dict]:
+    """The page's controls, each checked: on the screen, 44 px tall (a checkbox 24 px: WCAG 2.5.8's minimum)."""
+    targets = page.evaluate(TARGETS)
+    for target in targets:
+        assert target["left"] >= 0 and target["right"] <= PHONE["width"], (page.url, target)
+        assert target["height"] >= (24 if target["checkbox"] else 44), (page.url, target)
+    return targets
+
+
 def _fits(page: Page) -> None:
     measured = page.evaluate(OVERFLOW)
     assert measured["scrollWidth"] <= measured["screenWidth"], measured
@@ -103,3 +151,19 @@ def test_the_incident_and_pool_pages_fit_with_their_charts_scaled_down(phone: Pa
         assert abs(box["height"] / box["width"] - 190 / 560) < 0.01, box
     phone.goto(phone.base_url + f"/pools/{pool.pk}/")
     _fits(phone)
+
+
+def test_every_action_is_on_the_screen_and_thumb_sized(phone: Page, pool: Pool, incident: Incident,  # noqa: F811
+                                                      alice: User) -> None:  # noqa: F811
+    _pending(pool, alice)
+    _playbook_run(incident, alice)
+    _waiting_shift(pool, alice)
+    _sign_in(phone, "alice", "/approvals/")
+    names = {target["name"] for target in _thumb_sized(phone)}
+    assert {"Approve", "Reject", "Approve selected", "Planner terms and evidence"} <= names, names
+    phone.goto(phone.base_url + f"/incidents/{incident.pk}/")
+    names = {target["name"] for target in _thumb_sized(phone)}
+    assert {"Acknowledge", "Mark mitigated", "Resolve", "Add note", "Done", "Run", "Skip", "Approve"} <= names, names
+    phone.goto(phone.base_url + f"/pools/{pool.pk}/")
+    names = {target["name"] for target in _thumb_sized(phone)}
+    assert {"Approve step 2", "Pause", "Roll back", "Approve", "Reject"} <= names, names
