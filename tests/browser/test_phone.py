@@ -167,3 +167,26 @@ def test_every_action_is_on_the_screen_and_thumb_sized(phone: Page, pool: Pool, 
     phone.goto(phone.base_url + f"/pools/{pool.pk}/")
     names = {target["name"] for target in _thumb_sized(phone)}
     assert {"Approve step 2", "Pause", "Roll back", "Approve", "Reject"} <= names, names
+
+
+# Visible text (charts' SVG aside: they scale with the screen) set below 14 px, by element.
+SMALL_TEXT = """() => {
+  const small = {};
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!node.textContent.trim() || el.closest("svg") || !el.getClientRects().length) continue;
+    const size = parseFloat(getComputedStyle(el).fontSize);
+    if (size < 14) { const key = el.tagName.toLowerCase() + "." + [...el.classList].join(".") + " " + size + "px";
+                     small[key] = (small[key] || 0) + 1; }
+  }
+  return small;
+}"""
+
+
+def test_text_is_readable_without_zoom(phone: Page, pool: Pool, incident: Incident, alice: User) -> None:  # noqa: F811
+    _pending(pool, alice)
+    _sign_in(phone, "alice", "/")
+    for path in ("/", "/approvals/", f"/incidents/{incident.pk}/", "/incidents/", f"/pools/{pool.pk}/"):
+        phone.goto(phone.base_url + path)
+        assert phone.evaluate(SMALL_TEXT) == {}, path
