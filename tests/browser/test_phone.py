@@ -111,6 +111,17 @@ def _thumb_sized(page: Page) -> list[dict]:
     return targets
 
 
+def _after_a_poll(page: Page, fragment: str) -> None:
+    """Marks the fragment's element, then waits until its poll has swapped in a new one (the mark is gone)."""
+    page.locator(fragment).evaluate("el => { el.polledAway = true; }")
+    page.wait_for_function(f"() => !document.querySelector({fragment!r}).polledAway", timeout=20_000)
+
+
+def _focused(page: Page) -> str:
+    return page.evaluate("() => { const el = document.activeElement;"
+                         " return el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + ' ' + el.innerText; }")
+
+
 def _fits(page: Page) -> None:
     measured = page.evaluate(OVERFLOW)
     assert measured["scrollWidth"] <= measured["screenWidth"], measured
@@ -190,3 +201,17 @@ def test_text_is_readable_without_zoom(phone: Page, pool: Pool, incident: Incide
     for path in ("/", "/approvals/", f"/incidents/{incident.pk}/", "/incidents/", f"/pools/{pool.pk}/"):
         phone.goto(phone.base_url + path)
         assert phone.evaluate(SMALL_TEXT) == {}, path
+
+
+def test_the_keyboard_focus_survives_the_fragments_polling(phone: Page, pool: Pool, incident: Incident,  # noqa: F811
+                                                           alice: User) -> None:  # noqa: F811
+    proposal = _pending(pool, alice)
+    _sign_in(phone, "alice", "/approvals/")
+    approve = phone.locator(f"#proposal-{proposal.pk}").get_by_role("button", name="Approve")
+    approve.focus()
+    _after_a_poll(phone, f"#proposal-{proposal.pk}")  # the card polls every 5 s, the list around it too
+    assert _focused(phone) == f"button#approve-{proposal.pk} Approve"
+    phone.goto(phone.base_url + f"/incidents/{incident.pk}/")
+    phone.get_by_role("button", name="Mark mitigated").focus()
+    _after_a_poll(phone, "#incident-live")
+    assert _focused(phone) == "button#incident-mitigate Mark mitigated"
