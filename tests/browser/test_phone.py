@@ -215,3 +215,11 @@ def test_the_keyboard_focus_survives_the_fragments_polling(phone: Page, pool: Po
     phone.get_by_role("button", name="Mark mitigated").focus()
     _after_a_poll(phone, "#incident-live")
     assert _focused(phone) == "button#incident-mitigate Mark mitigated"
+
+
+def test_opened_evidence_stays_open_through_the_cards_polling(phone: Page, pool: Pool, alice: User) -> None:  # noqa: F811
+    proposal = _pending(pool, alice)
+    _sign_in(phone, "alice", "/approvals/")
+    phone.locator(f"#proposal-{proposal.pk}").get_by_text("Planner terms and evidence").tap()
+    _after_a_poll(phone, f"#proposal-{proposal.pk}")  # the card refreshes itself every 5 s
+    expect(phone.locator(f"#proposal-{proposal.pk} details")).to_have_attribute("open", "")
