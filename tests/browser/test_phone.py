@@ -223,3 +223,12 @@ def test_opened_evidence_stays_open_through_the_cards_polling(phone: Page, pool:
     phone.locator(f"#proposal-{proposal.pk}").get_by_text("Planner terms and evidence").tap()
     _after_a_poll(phone, f"#proposal-{proposal.pk}")  # the card refreshes itself every 5 s
     expect(phone.locator(f"#proposal-{proposal.pk} details")).to_have_attribute("open", "")
+
+
+def test_a_half_typed_bulk_comment_survives_a_new_proposal(phone: Page, pool: Pool, alice: User) -> None:  # noqa: F811
+    _pending(pool, alice)
+    _sign_in(phone, "alice", "/approvals/")
+    phone.get_by_role("textbox", name="comment for all selected").fill("after the surge")
+    _pending(_waiting_shift(pool, alice).to_pool, alice)  # meanwhile a second proposal arrives: the list changes
+    _after_a_poll(phone, "#approvals-pending")
+    expect(phone.get_by_role("textbox", name="comment for all selected")).to_have_value("after the surge")
