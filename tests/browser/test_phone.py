@@ -232,3 +232,32 @@ def test_a_half_typed_bulk_comment_survives_a_new_proposal(phone: Page, pool: Po
     _pending(_waiting_shift(pool, alice).to_pool, alice)  # meanwhile a second proposal arrives: the list changes
     _after_a_poll(phone, "#approvals-pending")
     expect(phone.get_by_role("textbox", name="comment for all selected")).to_have_value("after the surge")
+
+
+def test_after_an_action_the_focus_goes_to_the_new_state_not_the_page(phone: Page, pool: Pool,  # noqa: F811
+                                                                      incident: Incident, alice: User) -> None:  # noqa: F811
+    """Each of these buttons is gone from the fragment that answers it: the keyboard's focus (a screen reader's
+    place) lands on what changed instead of falling to <body>, the top of the page."""
+    proposal = _pending(pool, alice)
+    _playbook_run(incident, alice)
+    shift = _waiting_shift(pool, alice)
+    _sign_in(phone, "alice", f"/incidents/{incident.pk}/")
+    phone.get_by_role("button", name="Acknowledge").focus()
+    phone.keyboard.press("Enter")
+    expect(phone.locator("#incident-live")).to_contain_text("commander: alice")
+    assert _focused(phone) == "span#incident-state Acknowledged"
+    run = incident.playbook_runs.get()
+    phone.locator(f"#run-{run.pk}-step-1").get_by_role("button", name="Done").focus()
+    phone.keyboard.press("Enter")
+    expect(phone.locator(f"#run-{run.pk}-step-1")).to_contain_text("by alice")
+    assert _focused(phone).startswith(f"span#run-{run.pk}-step-1-state ")
+    card = phone.locator(f"#proposal-{proposal.pk}")
+    card.get_by_role("button", name="Reject").focus()
+    phone.keyboard.press("Enter")
+    expect(phone.locator(f"#proposal-{proposal.pk}")).to_contain_text("by alice via web")
+    assert _focused(phone) == f"span#proposal-{proposal.pk}-state Rejected"
+    phone.goto(phone.base_url + f"/pools/{pool.pk}/")
+    phone.get_by_role("button", name="Roll back").focus()
+    phone.keyboard.press("Enter")
+    expect(phone.locator(f"#shift-{shift.pk}")).not_to_contain_text("Waiting for approval")
+    assert _focused(phone).startswith(f"span#shift-{shift.pk}-phase ")
