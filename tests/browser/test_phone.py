@@ -19,7 +19,8 @@ from incidents import playbooks
 from incidents.models import Incident
 from scaling import services
 from scaling.choices import ProposalKind, ShiftPhase
-from scaling.models import Proposal, TrafficShift
+from scaling.drivers.cluster import ReplicaStatus
+from scaling.models import PoolStatus, Proposal, TrafficShift
 
 from tests.browser.test_approval_flow import CHROMIUM, FLAGS
 from tests.core.conftest import alice, bob, cluster, ml_team, pool  # noqa: F401
@@ -261,3 +262,23 @@ def test_after_an_action_the_focus_goes_to_the_new_state_not_the_page(phone: Pag
     phone.keyboard.press("Enter")
     expect(phone.locator(f"#shift-{shift.pk}")).not_to_contain_text("Waiting for approval")
     assert _focused(phone).startswith(f"span#shift-{shift.pk}-phase ")
+
+
+# Live regions (role=alert or status, aria-live) that a swap inserts: a screen reader announces each one.
+ANNOUNCED = """() => { window.announced = [];
+  new MutationObserver(changes => { for (const change of changes) for (const node of change.addedNodes) {
+      if (node.nodeType !== 1) continue;
+      for (const el of [node, ...node.querySelectorAll("*")]) {
+        if (el.matches("[role=alert], [role=status], [aria-live]:not([aria-live=off])")) window.announced.push(el.innerText); } }
+  }).observe(document.body, {childList: true, subtree: true}); }"""
+
+
+def test_polling_announces_nothing_to_a_screen_reader(phone: Page, pool: Pool, alice: User) -> None:  # noqa: F811
+    services.record_status(pool, ReplicaStatus(desired=2, ready=2), timezone.now())
+    PoolStatus.objects.filter(pool=pool).update(scale_refusal="deployments.apps/vllm-chat-8b is forbidden",
+                                                scale_checked_at=timezone.now())
+    _sign_in(phone, "alice", f"/pools/{pool.pk}/")
+    expect(phone.locator("#pool-live")).to_contain_text("Headroom cannot scale this pool")
+    phone.evaluate(ANNOUNCED)
+    _after_a_poll(phone, "#pool-live")  # every 15 s: the refusal is the same, nothing new to say
+    assert phone.evaluate("window.announced") == []
