@@ -336,10 +336,12 @@ def line_chart(series: Sequence[Series], width: int = 520, height: int = 140, y_
     legend = format_html_join(" ", '<span class="legend {}">{}</span>', ((line.css_class, line.label) for line in series))
     polylines = format_html_join("", '<polyline class="{}" points="{}" />', paths)
     return format_html(
-        '<figure class="chart">{title}<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img">'
+        '<figure class="chart">{title}<svg viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{name}">'
         '<line class="axis" x1="{l}" y1="{b}" x2="{r}" y2="{b}" />{ticks}'
         '{polylines}</svg><figcaption>{legend} <span class="muted">{y_label}</span></figcaption></figure>',
         title=format_html('<div class="chart-title">{}</div>', title) if title else "",
+        # An image needs a name a screen reader can say: the title, else what the lines are over which steps.
+        name=title or " ".join([", ".join(line.label for line in series), y_label]).strip(),
         w=width, h=height, l=left, r=width - 4, b=height - bottom, ticks=tick_marks,
         polylines=polylines, legend=legend, y_label=y_label,
     )

@@ -23,7 +23,7 @@ from scaling.drivers.cluster import ReplicaStatus
 from scaling.models import PoolStatus, Proposal, TrafficShift
 
 from tests.browser.test_approval_flow import CHROMIUM, FLAGS
-from tests.core.conftest import alice, bob, cluster, ml_team, pool  # noqa: F401
+from tests.core.conftest import alice, cluster, ml_team, pool  # noqa: F401
 from tests.incidents.test_incident_views import incident  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -66,8 +66,10 @@ def _sign_in(page: Page, username: str, then: str) -> None:
 
 
 def _pending(pool: Pool, alice: User) -> Proposal:  # noqa: F811
+    evidence = {"forecast_p90": [40, 120, 310], "capacity": [90, 90, 90], "window": "in the next 30 min"}
     return services.propose(pool, 4, ProposalKind.PRESCALE, core.Actor(alice, Channel.API), current=1,
-                            reasons=[{"code": "PreScaleProposed", "detail": "forecast 3.4x within 30 min"}])
+                            reasons=[{"code": "PreScaleProposed", "detail": "forecast 3.4x within 30 min"}],
+                            evidence=evidence)
 
 
 def _playbook_run(incident: Incident, alice: User) -> None:  # noqa: F811
@@ -282,3 +284,35 @@ def test_polling_announces_nothing_to_a_screen_reader(phone: Page, pool: Pool, a
     phone.evaluate(ANNOUNCED)
     _after_a_poll(phone, "#pool-live")  # every 15 s: the refusal is the same, nothing new to say
     assert phone.evaluate("window.announced") == []
+
+
+NAMED_ROLES = {"button", "textbox", "searchbox", "checkbox", "combobox", "link", "image", "img", "spinbutton"}
+
+
+def _unnamed(page: Page) -> list[str]:
+    """Controls whose accessible name (Chromium's own, as a screen reader gets it) is empty or only a placeholder:
+    a placeholder is gone once the person types, and is no label (WCAG 3.3.2)."""
+    cdp = page.context.new_cdp_session(page)
+    found = []
+    for node in cdp.send("Accessibility.getFullAXTree")["nodes"]:
+        role = node.get("role", {}).get("value")
+        if node.get("ignored") or role not in NAMED_ROLES:
+            continue
+        name = node.get("name", {})
+        used = [source for source in name.get("sources", []) if source.get("value")]
+        if not name.get("value", "").strip():
+            found.append(f"{role} without a name")
+        elif used and used[0].get("attribute") == "placeholder":
+            found.append(f"{role} named only by its placeholder: {name['value']}")
+    return found
+
+
+def test_every_control_has_a_name_a_screen_reader_can_say(phone: Page, pool: Pool, incident: Incident,  # noqa: F811
+                                                         alice: User) -> None:  # noqa: F811
+    _pending(pool, alice)
+    _playbook_run(incident, alice)
+    _sign_in(phone, "alice", "/approvals/")
+    for path in ("/approvals/", f"/incidents/{incident.pk}/", f"/pools/{pool.pk}/", "/"):
+        phone.goto(phone.base_url + path)
+        phone.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        assert _unnamed(phone) == [], path
