@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -316,3 +317,10 @@ def test_every_control_has_a_name_a_screen_reader_can_say(phone: Page, pool: Poo
         phone.goto(phone.base_url + path)
         phone.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
         assert _unnamed(phone) == [], path
+
+
+def test_a_stale_pools_warnings_wrap_on_a_phone(phone: Page, pool: Pool, alice: User) -> None:  # noqa: F811
+    services.record_status(pool, ReplicaStatus(desired=2, ready=2), timezone.now() - timedelta(hours=1))
+    _sign_in(phone, "alice", f"/pools/{pool.pk}/")
+    expect(phone.locator("#pool-live p.reading.bad")).not_to_have_count(0)
+    _fits(phone)
