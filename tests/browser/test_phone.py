@@ -24,7 +24,7 @@ from scaling.drivers.cluster import ReplicaStatus
 from scaling.models import PoolStatus, Proposal, TrafficShift
 
 from tests.browser.test_approval_flow import CHROMIUM, FLAGS
-from tests.core.conftest import alice, cluster, ml_team, pool  # noqa: F401
+from tests.core.conftest import alice, bob, cluster, ml_team, pool  # noqa: F401
 from tests.incidents.test_incident_views import incident  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -324,3 +324,10 @@ def test_a_stale_pools_warnings_wrap_on_a_phone(phone: Page, pool: Pool, alice: 
     _sign_in(phone, "alice", f"/pools/{pool.pk}/")
     expect(phone.locator("#pool-live p.reading.bad")).not_to_have_count(0)
     _fits(phone)
+
+
+def test_a_pages_title_keeps_its_row_beside_its_buttons(phone: Page, pool: Pool, bob: User) -> None:  # noqa: F811
+    _sign_in(phone, "bob", f"/pools/{pool.pk}/")  # an admin: Warm-pool reports, Edit and Delete beside the title
+    title = phone.get_by_role("heading", level=1).bounding_box()
+    assert title["width"] >= PHONE["width"] - 2 * 12 - 1, title  # the whole row inside main's padding
+    _thumb_sized(phone)
