@@ -331,3 +331,22 @@ def test_a_pages_title_keeps_its_row_beside_its_buttons(phone: Page, pool: Pool,
     title = phone.get_by_role("heading", level=1).bounding_box()
     assert title["width"] >= PHONE["width"] - 2 * 12 - 1, title  # the whole row inside main's padding
     _thumb_sized(phone)
+
+
+def _contrast(foreground: str, background: str) -> float:
+    """WCAG's contrast ratio of two computed colours, "rgb(r, g, b)"."""
+    def luminance(colour: str) -> float:
+        channels = [int(part) / 255 for part in colour[colour.index("(") + 1:-1].split(",")[:3]]
+        r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    light, dark = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_the_signed_in_name_is_readable_on_the_top_bar(phone: Page, alice: User) -> None:  # noqa: F811
+    _sign_in(phone, "alice", "/settings/")
+    name = phone.locator(".topbar .who span")
+    expect(name).to_have_text("alice")
+    colour = name.evaluate("el => getComputedStyle(el).color")
+    bar = phone.locator(".topbar").evaluate("el => getComputedStyle(el).backgroundColor")
+    assert _contrast(colour, bar) >= 4.5, (colour, bar)  # WCAG 1.4.3
