@@ -106,11 +106,11 @@ TARGETS = """() => [...document.querySelectorAll(
             height: Math.round(r.height)}; })"""
 
 
-def _thumb_sized(page: Page) -> list[dict]:
+def _thumb_sized(page: Page, width: int = PHONE["width"]) -> list[dict]:
     """The page's controls, each checked: on the screen, 44 px tall (a checkbox 24 px: WCAG 2.5.8's minimum)."""
     targets = page.evaluate(TARGETS)
     for target in targets:
-        assert target["left"] >= 0 and target["right"] <= PHONE["width"], (page.url, target)
+        assert target["left"] >= 0 and target["right"] <= width, (page.url, target)
         assert target["height"] >= (24 if target["checkbox"] else 44), (page.url, target)
     return targets
 
@@ -350,3 +350,14 @@ def test_the_signed_in_name_is_readable_on_the_top_bar(phone: Page, alice: User)
     colour = name.evaluate("el => getComputedStyle(el).color")
     bar = phone.locator(".topbar").evaluate("el => getComputedStyle(el).backgroundColor")
     assert _contrast(colour, bar) >= 4.5, (colour, bar)  # WCAG 1.4.3
+
+
+def test_the_pool_pages_decide_buttons_are_on_a_360_px_screen(phone: Page, pool: Pool, alice: User) -> None:  # noqa: F811
+    """The smallest phone the pages are made for (docs/operations.md): the Decisions table's Approve and Reject,
+    in its fifth column, are on the screen without scrolling the table sideways."""
+    _pending(pool, alice)
+    phone.set_viewport_size({"width": 360, "height": 780})
+    _sign_in(phone, "alice", f"/pools/{pool.pk}/")
+    _fits(phone)
+    names = {target["name"] for target in _thumb_sized(phone, width=360)}
+    assert {"Approve", "Reject"} <= names, names
