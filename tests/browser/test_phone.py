@@ -361,3 +361,13 @@ def test_the_pool_pages_decide_buttons_are_on_a_360_px_screen(phone: Page, pool:
     _fits(phone)
     names = {target["name"] for target in _thumb_sized(phone, width=360)}
     assert {"Approve", "Reject"} <= names, names
+
+
+def test_after_deciding_in_the_pools_decisions_the_focus_goes_to_that_row(phone: Page, pool: Pool,  # noqa: F811
+                                                                          alice: User) -> None:  # noqa: F811
+    proposal = _pending(pool, alice)
+    _sign_in(phone, "alice", f"/pools/{pool.pk}/")
+    phone.locator(f"#decision-{proposal.pk}").get_by_role("button", name="Reject").focus()
+    phone.keyboard.press("Enter")
+    expect(phone.locator(f"#decision-{proposal.pk}-state")).to_be_focused()  # the table is swapped whole
+    expect(phone.locator(f"#decision-{proposal.pk}-state")).to_have_text("rejected")
