@@ -11,6 +11,7 @@ urlpatterns = [
     path("proposals/<int:pk>/card/", views.card, name="proposal-card"),
     re_path(r"^proposals/(?P<pk>[0-9]+)/(?P<verdict>approve|reject)/$", views.decide, name="proposal-decide"),
     re_path(r"^shifts/(?P<pk>[0-9]+)/(?P<verb>pause|resume|rollback|approve)/$", views.shift_act, name="shift-act"),
+    re_path(r"^pools/(?P<pk>[0-9]+)/fallback/(?P<verb>restore|approve)/$", views.fallback_act, name="fallback-act"),
     path("pools/<int:pk>/reports/", views.pool_reports, name="pool-reports"),
     path("reports/<int:pk>/", views.report_detail, name="warm-pool-report"),
     path("reports/<int:pk>/body/", views.report_body, name="warm-pool-report-body"),

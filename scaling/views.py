@@ -18,7 +18,7 @@ from controlplane import permissions, services as core
 from controlplane.charts import Series, cost_latency_curve, line_chart, worst_day_chart
 from controlplane.choices import Channel, Role
 from controlplane.models import Pool
-from scaling import explain, report_service, reports, services, traffic
+from scaling import explain, fallbacks, report_service, reports, services, traffic
 from scaling.choices import ACTIVE_STATES, REPORT_ACTIVE_STATES, PeakBasis, ProposalKind, ProposalState, ReportState
 from scaling.models import Proposal, TrafficShift, WarmPoolReport
 
@@ -230,6 +230,28 @@ def shift_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
         except traffic.ShiftError as exc:
             error, status = str(exc), exc.status_code  # 403 not allowed, 409 not in a phase that allows it
     return render(request, "scaling/_shift_card.html", {"shift": shifts.get(pk=pk), "error": error}, status=status)
+
+
+FALLBACK_ACTIONS = {"restore": fallbacks.restore, "approve": fallbacks.approve}
+
+
+@login_required
+@require_POST
+def fallback_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    """Restore the pool's fallback (or reject its waiting entry), or approve the entry, from the pool page; answers
+    the fallback's card. The same services as the API's `fallbacks/restore/` and `fallbacks/approve/`."""
+    pool = get_object_or_404(permissions.scoped(Pool.objects.select_related("cluster", "team", "fallback_pool"),
+                                                request.user), pk=pk)
+    error, status = "", 200
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        error, status = form_errors(form), 400
+    else:
+        try:
+            FALLBACK_ACTIONS[verb](pool, core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
+        except traffic.ShiftError as exc:  # the fallbacks' errors are the shifts': 403 not allowed, 409 nothing open
+            error, status = str(exc), exc.status_code
+    return render(request, "scaling/_fallback_card.html", {"pool": pool, "error": error}, status=status)
 
 
 # --- the pool page's decisions ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Template helpers for traffic shifts on the pool page."""
+"""Template helpers for traffic shifts and fallbacks on the pool page."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +7,7 @@ from django import template
 
 from controlplane import services as core
 from controlplane.choices import Role
-from scaling.models import TrafficShift
+from scaling.models import FallbackActivation, TrafficShift
 
 register = template.Library()
 
@@ -16,3 +16,10 @@ register = template.Library()
 def may_move_traffic(shift: TrafficShift, user: Any) -> bool:
     """Whether the user may pause, resume, roll back or approve this shift (operator of both ends' teams)."""
     return all(core.may_act_in(user, pool.team, pool.cluster, Role.OPERATOR) for pool in (shift.from_pool, shift.to_pool))
+
+
+@register.filter
+def may_fall_back(activation: FallbackActivation, user: Any) -> bool:
+    """Whether the user may restore this fallback or decide its entry (operator of both pools' teams)."""
+    pools = (activation.pool, activation.fallback_pool)
+    return all(core.may_act_in(user, pool.team, pool.cluster, Role.OPERATOR) for pool in pools if pool is not None)

@@ -368,7 +368,7 @@ ParamSpec = type[Model] | Values | Callable[[dict[str, str]], "type[Model] | Val
 KINDS: dict[str, type[Model]] = {"cluster": Cluster, "pool": Pool, "slo": SLO, "schedule": ScheduleWindow}
 # The pages' parameters; the API's come from its viewsets, the admin's from the model in its path.
 PAGE_PARAMS: dict[str, dict[str, ParamSpec]] = {
-    **dict.fromkeys(("pool-detail", "pool-live", "pool-decisions", "pool-reports"), {"pk": Pool}),
+    **dict.fromkeys(("pool-detail", "pool-live", "pool-decisions", "pool-reports", "fallback-act"), {"pk": Pool}),
     **dict.fromkeys(("object-edit", "object-delete"), {"pk": lambda kwargs: KINDS[kwargs["kind"]]}),
     **dict.fromkeys(("proposal-card", "proposal-decide"), {"pk": Proposal}),
     "shift-act": {"pk": TrafficShift},
@@ -394,7 +394,7 @@ PLAIN_PARAMS: dict[str, Callable[[Route], str]] = {
 # with 405, which the crawl checks, and is crawled with one object of each kind only (the method is refused before
 # any object is read).
 NOT_GET = {
-    "approvals-bulk", "proposal-decide", "shift-act", "logout",
+    "approvals-bulk", "proposal-decide", "shift-act", "fallback-act", "logout",
     "incidents:slack-interactions", "incidents:channel-enable", "incidents:incident-note", "incidents:incident-act",
     "incidents:playbook-start", "incidents:playbook-step",
     *(f"incidents:api:{name}" for name in (
