@@ -12,6 +12,7 @@ import pytest
 from celery import Celery
 from django.conf import settings as project
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from kombu.exceptions import OperationalError
 
@@ -54,6 +55,8 @@ def _within(call, seconds: float = GENEROUS_S) -> object:  # noqa: ANN001
             outcome.append(call())
         except Exception as exc:  # noqa: BLE001 - the test looks at which
             outcome.append(exc)
+        finally:
+            connection.close()  # this thread's own: left open, it holds the test database at teardown
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -66,7 +69,7 @@ def _within(call, seconds: float = GENEROUS_S) -> object:  # noqa: ANN001
 def test_a_publish_to_a_hung_broker_fails_instead_of_waiting(hung_redis: str) -> None:
     app = Celery(set_as_current=False)
     app.config_from_object(project, namespace="CELERY")
-    app.conf.broker_url = hung_redis
+    app.conf.broker_url, app.conf.task_always_eager = hung_redis, False  # a publish, as a worker's web process makes
     outcome = _within(lambda: app.send_task("scaling.tasks.execute_proposal", args=[1]))
     assert isinstance(outcome, OperationalError), outcome
 
