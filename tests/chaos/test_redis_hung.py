@@ -41,8 +41,8 @@ def hung_redis() -> Iterator[str]:
     yield f"redis://127.0.0.1:{server.getsockname()[1]}/0"
     stop.set()
     thread.join()
-    for connection in accepted:
-        connection.close()
+    for peer in accepted:
+        peer.close()
     server.close()
 
 
