@@ -156,3 +156,13 @@ def test_the_card_of_a_split_scale_up_says_what_ran_already(pool: Pool, alice: U
     assert (f"+4 of +7 ran at once (1 → 5, within the guardrail); the remaining +3 waits for a person "
             f"(proposal #{share.pk}).") in card
     assert "it adds 7 replicas, more than the guardrail of 4 approved by policy" in card
+
+
+def test_a_refused_decision_is_announced_to_a_screen_reader(pool: Pool, alice: User, bob: User) -> None:
+    """Bob rejected it a moment before Alice's click: her card's 409 sentence is an alert, read out where she is,
+    not a silent line in a card the focus left (the incident page's actions already do this)."""
+    proposal = _prescale(pool)
+    services.reject(proposal.pk, core.Actor(bob, Channel.SLACK), "not now")
+    answer = _login(alice).post(f"/proposals/{proposal.pk}/approve/", HTTP_HX_REQUEST="true")
+    body = answer.content.decode()
+    assert answer.status_code == 409 and '<p class="error" role="alert">' in body and "rejected" in body
