@@ -32,6 +32,7 @@ class PoolNow:
     waiting: str  # "waiting for approval since 04:52 UTC (4 min): …" or ""
     freshness: str  # "read 12 s ago", or "not read for 3 min: why"
     fresh: bool
+    unheard: str = ""  # "ML Platform has no notification channel: …", or "" when someone hears about the pool
 
 
 def level(value: float | None, objective: float | None) -> str:
@@ -82,6 +83,18 @@ def waiting(since: datetime | None, now: datetime, why: str) -> str:
         return ""
     minutes = max(0, int((now - since).total_seconds() // 60))
     return f"waiting for approval since {since:%H:%M} UTC ({minutes} min): {why}"
+
+
+def unheard(team: str, enabled: int, disabled: int) -> str:
+    """Why nobody hears about the pool: alerts and proposals waiting for approval go to its team's enabled
+    channels only (`incidents.services.fan_out`, `incidents.alerts`), so a team with none is told nothing."""
+    if enabled:
+        return ""
+    if disabled:
+        return (f"nobody is told about this pool: every notification channel of {team} is disabled, so its alerts "
+                f"and the proposals waiting for approval reach no one; fix the channel and switch it on")
+    return (f"nobody is told about this pool: {team} has no notification channel, so its alerts and the proposals "
+            f"waiting for approval reach no one; add a Slack or webhook channel")
 
 
 def read_errors(errors: dict[str, str], names_shown: int = 3) -> str:

@@ -2,8 +2,9 @@
 for the fleet and pool pages.
 
 Tags, so the core's pages show the scaling app's state without the core importing it. A page of pools costs
-two queries whatever its length (their last 7 minutes of samples, their pending proposals), and both read
-narrow columns only: never a proposal's JSON (signals, evidence) nor a planner's forecaster state.
+three queries whatever its length (their last 7 minutes of samples, their pending proposals, their teams'
+channels counted), and all read narrow columns only: never a proposal's JSON (signals, evidence) nor a
+planner's forecaster state.
 """
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django import template
+from django.db.models import Count
 from django.utils import timezone
 
 from controlplane.choices import SloIndicator
 from controlplane.models import Pool
+from incidents.models import Channel
 from scaling import explain, glance
 from scaling.choices import ProposalState
 from scaling.models import Proposal, SignalSample
@@ -32,7 +35,8 @@ def _value(sample: SignalSample | None, name: str) -> float | None:
     return getattr(sample, name) if sample is not None else None
 
 
-def _pool_glance(pool: Pool, samples: list[SignalSample], oldest: Proposal | None, now: datetime) -> glance.PoolNow:
+def _pool_glance(pool: Pool, samples: list[SignalSample], oldest: Proposal | None, now: datetime,
+                 channels: dict[bool, int]) -> glance.PoolNow:
     window = timedelta(seconds=glance.TREND_WINDOW_S)
     latest = samples[-1] if samples else None
     before = next((s for s in reversed(samples) if s.at <= now - window), None)
@@ -57,11 +61,12 @@ def _pool_glance(pool: Pool, samples: list[SignalSample], oldest: Proposal | Non
         at_ceiling=glance.ceiling(status.desired_replicas if status else None, pool.max_replicas),
         waiting=glance.waiting(oldest.created_at if oldest else None, now, explain.why_for(oldest) if oldest else ""),
         freshness=freshness, fresh=fresh,
+        unheard=glance.unheard(pool.team.name, channels.get(True, 0), channels.get(False, 0)),
     )
 
 
 def glance_for(pools: Iterable[Pool], now: datetime | None = None) -> dict[int, glance.PoolNow]:
-    """Each pool's glance, by pool id: two queries for all of them."""
+    """Each pool's glance, by pool id: three queries for all of them."""
     pools = list(pools)
     now = now or timezone.now()
     by_id = {pool.pk: pool for pool in pools}
@@ -77,7 +82,13 @@ def glance_for(pools: Iterable[Pool], now: datetime | None = None) -> dict[int, 
         if proposal.pool_id not in oldest:
             proposal.pool = by_id[proposal.pool_id]  # why_for reads its policy and team: already loaded
             oldest[proposal.pool_id] = proposal
-    return {pk: _pool_glance(pool, samples[pk], oldest.get(pk), now) for pk, pool in by_id.items()}
+    # Alerts and approval requests go to the team's enabled channels only: count them, enabled and not.
+    channels: dict[int, dict[bool, int]] = {}
+    for row in Channel.objects.filter(team_id__in={pool.team_id for pool in pools}).values("team_id", "enabled") \
+            .annotate(count=Count("id")).order_by():
+        channels.setdefault(row["team_id"], {})[row["enabled"]] = row["count"]
+    return {pk: _pool_glance(pool, samples[pk], oldest.get(pk), now, channels.get(pool.team_id, {}))
+            for pk, pool in by_id.items()}
 
 
 @register.simple_tag

@@ -1,0 +1,63 @@
+"""A new team onboards: what the fleet and pool pages tell its admin about what is not set up yet."""
+from __future__ import annotations
+
+import re
+
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from controlplane.models import Pool
+from incidents import services as incident_services
+from incidents.choices import ChannelKind
+from incidents.models import Channel
+from scaling.models import PoolStatus
+
+UNHEARD = "nobody is told about this pool"
+
+
+def _login(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _read(pool: Pool) -> None:
+    PoolStatus.objects.create(pool=pool, desired_replicas=1, ready_replicas=1, observed_at=timezone.now())
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def _pages(user: User, pool: Pool) -> tuple[str, str]:
+    client = _login(user)
+    return _text(client.get("/").content.decode()), _text(client.get(f"/pools/{pool.pk}/").content.decode())
+
+
+# --- a team with no notification channel -----------------------------------------------------------
+
+def test_the_fleet_and_pool_pages_say_nobody_is_told_when_the_team_has_no_channel(bob: User, pool: Pool) -> None:
+    _read(pool)
+    fleet, page = _pages(bob, pool)
+    for text in (fleet, page):
+        assert f"{UNHEARD}: ML Platform has no notification channel" in text, text
+        assert "add a Slack or webhook channel" in text
+
+
+def test_they_say_it_too_when_every_channel_of_the_team_is_disabled(bob: User, pool: Pool) -> None:
+    _read(pool)
+    channel = Channel.objects.create(team=pool.team, name="oncall", kind=ChannelKind.WEBHOOK,
+                                     settings={"url": "https://hooks.example/x", "secret": "s" * 32})
+    incident_services.disable_channel(channel, "404 from https://hooks.example")
+    fleet, page = _pages(bob, pool)
+    for text in (fleet, page):
+        assert f"{UNHEARD}: every notification channel of ML Platform is disabled" in text, text
+
+
+def test_an_enabled_channel_silences_the_warning(bob: User, pool: Pool) -> None:
+    _read(pool)
+    Channel.objects.create(team=pool.team, name="oncall", kind=ChannelKind.WEBHOOK,
+                           settings={"url": "https://hooks.example/x", "secret": "s" * 32})
+    fleet, page = _pages(bob, pool)
+    assert UNHEARD not in fleet and UNHEARD not in page
