@@ -33,6 +33,7 @@ class PoolNow:
     freshness: str  # "read 12 s ago", or "not read for 3 min: why"
     fresh: bool
     unheard: str = ""  # "ML Platform has no notification channel: …", or "" when someone hears about the pool
+    unprotected: str = ""  # "no SLO: …", or "" when the planner aims at the pool's own TTFT p95 SLO
 
 
 def level(value: float | None, objective: float | None) -> str:
@@ -95,6 +96,17 @@ def unheard(team: str, enabled: int, disabled: int) -> str:
                 f"and the proposals waiting for approval reach no one; fix the channel and switch it on")
     return (f"nobody is told about this pool: {team} has no notification channel, so its alerts and the proposals "
             f"waiting for approval reach no one; add a Slack or webhook channel")
+
+
+def unprotected(indicators: set[str], default_ttft_s: float) -> str:
+    """What a pool without SLOs (or without the TTFT p95 one the planner plans to) silently runs on."""
+    if not indicators:
+        return (f"no SLO: the planner aims at a default TTFT p95 of {default_ttft_s:g} s and no error-budget (burn-rate) "
+                f"alert can fire; add the pool's SLOs")
+    if "ttft_p95" not in indicators:
+        return (f"no TTFT p95 SLO: the planner plans to TTFT p95 only, so it aims at a default {default_ttft_s:g} s; "
+                f"the pool's other SLOs drive alerts, not scaling")
+    return ""
 
 
 def read_errors(errors: dict[str, str], names_shown: int = 3) -> str:

@@ -197,7 +197,7 @@ def backfill_history(cluster: Cluster, pools: list[Pool], now: datetime) -> dict
 def pool_plan(pool: Pool) -> PoolPlan:
     """The planner's view of a pool: its bounds, capacity, SLO and cold start, and its constants' overrides."""
     slo = next((s for s in pool.slos.all() if s.indicator == SloIndicator.TTFT_P95), None)
-    slo_latency_s = slo.threshold / 1000.0 if slo else 1.0
+    slo_latency_s = slo.threshold / 1000.0 if slo else decide.DEFAULT_TTFT_P95_S
     plan = decide.pool_plan(
         capacity_rps_per_replica=pool.replica_capacity_rps,
         min_replicas=pool.min_replicas,

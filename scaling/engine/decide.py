@@ -45,6 +45,7 @@ LEAD_METHOD = "trend"  # self-tuned damped trend (docs/engine.md, "The lead-time
 SEASONAL_METHOD = "adaptive"
 DECISION_DELAY_S = 30.0  # a tick, an approval within the guardrails and the API call
 DEFAULT_COLD_START_S = 90.0  # a pool's cold start until one is measured (design.md §2: 45-90 s)
+DEFAULT_TTFT_P95_S = 1.0  # the latency a pool with no TTFT p95 SLO is planned to (the pages say so)
 # A load-tested latency curve lets latency raise the capacity past the stated one; a straight line
 # to the SLO may only lower it (a flat curve would read as spare capacity).
 CORRECTION_MAX_WITH_CURVE = 1.5

@@ -21,6 +21,7 @@ from controlplane.models import Pool
 from incidents.models import Channel
 from scaling import explain, glance
 from scaling.choices import ProposalState
+from scaling.engine.decide import DEFAULT_TTFT_P95_S
 from scaling.models import Proposal, SignalSample
 
 register = template.Library()
@@ -61,6 +62,7 @@ def _pool_glance(pool: Pool, samples: list[SignalSample], oldest: Proposal | Non
         at_ceiling=glance.ceiling(status.desired_replicas if status else None, pool.max_replicas),
         waiting=glance.waiting(oldest.created_at if oldest else None, now, explain.why_for(oldest) if oldest else ""),
         freshness=freshness, fresh=fresh,
+        unprotected=glance.unprotected(set(slo_s), DEFAULT_TTFT_P95_S),
         unheard=glance.unheard(pool.team.name, channels.get(True, 0), channels.get(False, 0)),
     )
 

@@ -7,10 +7,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from controlplane.models import Pool
+from controlplane.choices import SloIndicator
+from controlplane.models import SLO, Pool
 from incidents import services as incident_services
 from incidents.choices import ChannelKind
 from incidents.models import Channel
+from scaling import loop
 from scaling.models import PoolStatus
 
 UNHEARD = "nobody is told about this pool"
@@ -61,3 +63,37 @@ def test_an_enabled_channel_silences_the_warning(bob: User, pool: Pool) -> None:
                            settings={"url": "https://hooks.example/x", "secret": "s" * 32})
     fleet, page = _pages(bob, pool)
     assert UNHEARD not in fleet and UNHEARD not in page
+
+
+# --- a pool with no SLO ----------------------------------------------------------------------------
+
+def test_the_pages_say_a_pool_without_an_slo_is_planned_to_a_default_and_has_no_burn_rate_alert(
+        bob: User, pool: Pool) -> None:
+    _read(pool)
+    Channel.objects.create(team=pool.team, name="oncall", kind=ChannelKind.WEBHOOK,
+                           settings={"url": "https://hooks.example/x", "secret": "s" * 32})
+    SLO.objects.filter(pool=pool).delete()
+    assert loop.pool_plan(pool).slo_latency_s == 1.0  # what the planner silently aims at
+    fleet, page = _pages(bob, pool)
+    for text in (fleet, page):
+        assert "no SLO: the planner aims at a default TTFT p95 of 1 s and no error-budget (burn-rate) alert " \
+               "can fire" in text, text
+    assert "cannot judge latency" not in page  # it does judge it: against the default
+
+
+def test_they_say_the_planner_ignores_an_slo_that_is_not_ttft_p95(bob: User, pool: Pool) -> None:
+    _read(pool)
+    SLO.objects.filter(pool=pool).update(indicator=SloIndicator.E2E_P95, threshold=8000)
+    assert loop.pool_plan(pool).slo_latency_s == 1.0
+    fleet, page = _pages(bob, pool)
+    for text in (fleet, page):
+        assert "no TTFT p95 SLO: the planner plans to TTFT p95 only, so it aims at a default 1 s" in text, text
+
+
+def test_a_ttft_p95_slo_is_what_the_planner_aims_at_and_nothing_is_said(bob: User, pool: Pool) -> None:
+    _read(pool)
+    assert loop.pool_plan(pool).slo_latency_s == 1.0  # the fixture's SLO: 1000 ms
+    SLO.objects.filter(pool=pool).update(threshold=600)
+    assert loop.pool_plan(Pool.objects.get(pk=pool.pk)).slo_latency_s == 0.6
+    fleet, page = _pages(bob, pool)
+    assert "SLO:" not in fleet and "SLO:" not in page
