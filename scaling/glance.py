@@ -126,12 +126,14 @@ def read_errors(errors: dict[str, str], names_shown: int = 3) -> str:
 def freshness(observed_at: datetime | None, now: datetime, last_error: str, signals_unknown_s: float | None,
               read_errors: str = "") -> tuple[str, bool]:
     """How old the pool's data is, and why when it is not fresh (`read_errors`: what the last tick could not read)."""
+    # A read that failed (a Deployment that does not exist, a refused token) says why it was never read.
+    failed = f"the last tick could not read it ({read_errors})" if read_errors else ""
     if observed_at is None:
-        reason = f": {last_error}" if last_error else ": Headroom has never read it from its cluster"
-        return f"not read{reason}", False
+        reason = last_error or failed or "Headroom has never read it from its cluster"
+        return f"not read: {reason}", False
     age_s = max(0.0, (now - observed_at).total_seconds())
     if age_s > FRESH_S:
-        reason = last_error or "the control loop has not read this pool since (is the worker running?)"
+        reason = last_error or failed or "the control loop has not read this pool since (is the worker running?)"
         return f"not read for {_age(age_s)}: {reason}", False
     if signals_unknown_s is not None:  # math.inf: unknown since the planner started
         since = f" for {_age(signals_unknown_s)}" if math.isfinite(signals_unknown_s) else ""

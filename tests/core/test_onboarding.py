@@ -1,7 +1,10 @@
 """A new team onboards: what the fleet and pool pages tell its admin about what is not set up yet."""
 from __future__ import annotations
 
+import html as html_module
 import re
+
+from datetime import timedelta
 
 from django.contrib.auth.models import User
 from django.test import Client
@@ -13,6 +16,7 @@ from incidents import services as incident_services
 from incidents.choices import ChannelKind
 from incidents.models import Channel
 from scaling import loop
+from scaling.drivers.cluster import DriverError
 from scaling.models import PoolStatus
 
 UNHEARD = "nobody is told about this pool"
@@ -29,7 +33,7 @@ def _read(pool: Pool) -> None:
 
 
 def _text(html: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    return html_module.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)))
 
 
 def _pages(user: User, pool: Pool) -> tuple[str, str]:
@@ -97,3 +101,24 @@ def test_a_ttft_p95_slo_is_what_the_planner_aims_at_and_nothing_is_said(bob: Use
     assert loop.pool_plan(Pool.objects.get(pk=pool.pk)).slo_latency_s == 0.6
     fleet, page = _pages(bob, pool)
     assert "SLO:" not in fleet and "SLO:" not in page
+
+
+
+# --- a pool whose Deployment does not exist (a typo) -------------------------------------------------
+
+class _NoSuchDeployment:
+    def status(self, workload: object) -> None:
+        raise DriverError('deployments.apps "vllm-chat-8b" not found', permanent=True, status=404)
+
+
+def test_the_pages_say_why_a_pool_whose_deployment_does_not_exist_is_never_read(
+        bob: User, pool: Pool, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(loop, "cluster_driver", lambda cluster: _NoSuchDeployment())
+    now = timezone.now()
+    for i in range(2):
+        loop.tick([pool], now=now + timedelta(seconds=15 * i))
+    fleet, page = _pages(bob, pool)
+    said = 'not read: the last tick could not read it (kubernetes: deployments.apps "vllm-chat-8b" not found)'
+    assert said in fleet, fleet  # the fleet's "Inventory only" row
+    assert said in page, page
+    assert "Headroom has never read it from its cluster" not in fleet + page
