@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.validators import UniqueTogetherValidator
 
 from controlplane import audit_view, permissions
 from controlplane.api.fields import StrictPrimaryKeyRelatedField
@@ -44,6 +45,41 @@ class WallClockTimeField(serializers.TimeField):
         return parsed
 
 
+class NamedUniqueTogetherValidator(UniqueTogetherValidator):
+    """A uniqueness rule that names its last field and the object already there, so a client that retries a
+    create after a timeout (the first one landed) learns which object it made: `{"name": ["A pool with this
+    cluster and name already exists (id 12)."]}`. DRF's own answer was a `non_field_errors` naming neither.
+    The id is given only when the caller can see that object."""
+
+    def __call__(self, attrs, serializer):  # noqa: ANN001, ANN204
+        try:
+            super().__call__(attrs, serializer)
+        except serializers.ValidationError:
+            queryset = self.filter_queryset(attrs, self.queryset, serializer)
+            existing = self.exclude_current_instance(attrs, queryset, serializer.instance).first()
+            request = serializer.context.get("request")
+            model = self.queryset.model
+            visible = existing is not None and request is not None and (
+                not permissions.team_lookups(model)
+                or permissions.scoped(model.objects.filter(pk=existing.pk), request.user).exists())
+            *others, field = self.fields
+            which = f" (id {existing.pk})" if visible else ""
+            raise serializers.ValidationError({field: [
+                f"A {model._meta.verbose_name} with this {' and '.join([*others, field])} already exists{which}."
+            ]}, code="unique") from None
+
+
+def named_unique(validators: list) -> list:
+    """`validators` with every unique-together rule replaced by one that names its field and object."""
+    return [
+        NamedUniqueTogetherValidator(
+            queryset=v.queryset, fields=v.fields, message=v.message, condition_fields=v.condition_fields,
+            condition=v.condition, code=v.code, nulls_distinct=v.nulls_distinct,
+        ) if type(v) is UniqueTogetherValidator else v
+        for v in validators
+    ]
+
+
 STRICT_FIELDS = serializers.ModelSerializer.serializer_field_mapping | {
     models.CharField: TextField, models.TextField: TextField, models.TimeField: WallClockTimeField}
 
@@ -66,6 +102,9 @@ class ScopedModelSerializer(serializers.ModelSerializer):
             if request is not None and queryset is not None and permissions.team_lookups(queryset.model):
                 target.queryset = permissions.scoped(queryset, request.user)
         return fields
+
+    def get_validators(self):  # noqa: ANN201
+        return named_unique(super().get_validators())
 
     def validate(self, attrs):  # noqa: ANN001, ANN201
         attrs = super().validate(attrs)

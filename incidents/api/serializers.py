@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api.fields import StrictIdField
-from controlplane.api.serializers import STRICT_FIELDS, TeamSlugField
+from controlplane.api.serializers import STRICT_FIELDS, TeamSlugField, named_unique
 from incidents import outbound, rules, timeline
 from scaling.choices import PeakBasis
 from incidents.models import (
@@ -24,6 +24,9 @@ class ChannelSerializer(serializers.ModelSerializer):
                   "last_error_at", "last_delivered_at", "created_at"]
         read_only_fields = ["enabled", "disabled_reason", "last_error", "last_error_at", "last_delivered_at",
                             "created_at"]
+
+    def get_validators(self):  # noqa: ANN201
+        return named_unique(super().get_validators())  # a retried create names the channel it made
 
     def validate_settings(self, value: object) -> dict:
         if not isinstance(value, dict):

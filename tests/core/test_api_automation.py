@@ -1,11 +1,14 @@
 """What a script that reconciles the inventory through the API every few minutes, beside people editing in the
-web UI, needs: a write based on a stale read refused when the script says what it read (`If-Match`)."""
+web UI, needs: a write based on a stale read refused when the script says what it read (`If-Match`), and a
+create retried after a timeout that names the object the first attempt made."""
 from __future__ import annotations
 
+import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from controlplane.models import AuditEvent, Pool
+from controlplane.models import SLO, AuditEvent, Cluster, Pool, ScheduleWindow, Team
+from incidents.models import Channel
 from scaling.models import PoolStatus
 
 from .conftest import token_client
@@ -69,3 +72,49 @@ def test_slos_schedules_and_clusters_take_if_match_too(bob: User, pool: Pool) ->
         assert client.patch(path, {}, format="json", HTTP_IF_MATCH='"not-the-tag"').status_code == 412
         assert client.patch(path, {}, format="json", HTTP_IF_MATCH=f'"other", W/{tag}').status_code == 200
         assert client.patch(path, {}, format="json", HTTP_IF_MATCH="*").status_code == 200
+
+
+def _new_pool(target_cluster: Cluster, **changes) -> dict:  # noqa: ANN003
+    payload = {
+        "name": "code-7b", "cluster": target_cluster.pk, "team": "ml-platform", "namespace": "inference",
+        "deployment": "vllm-code-7b", "model_name": "qwen2.5-coder-7b", "gpu_type": "H100",
+        "min_replicas": 1, "max_replicas": 6,
+    }
+    return payload | changes
+
+
+@pytest.mark.parametrize("kind", ["pool", "slo", "schedule", "channel"])
+def test_a_create_retried_after_a_timeout_names_the_field_and_the_object_it_made(
+        bob: User, pool: Pool, cluster: Cluster, kind: str) -> None:
+    path, payload, field, model = {
+        "pool": ("/api/v1/pools/", _new_pool(cluster), "name", Pool),
+        "slo": ("/api/v1/slos/", {"pool": pool.pk, "indicator": "e2e_p95", "threshold": 1500, "objective": 0.99},
+                "indicator", SLO),
+        "schedule": ("/api/v1/schedules/", {"pool": pool.pk, "name": "morning", "weekday": 0, "start": "08:00",
+                                            "end": "10:00", "time_zone": "UTC"}, "name", ScheduleWindow),
+        "channel": ("/api/v1/channels/", {"team": "ml-platform", "name": "ops", "kind": "webhook",
+                                          "settings": {"url": "https://hooks.example.com/x"}}, "name", Channel),
+    }[kind]
+    client = token_client(bob)
+    first = client.post(path, payload, format="json")
+    assert first.status_code == 201, first.data
+    count = model.objects.count()
+
+    retried = client.post(path, payload, format="json")
+    assert retried.status_code == 400
+    assert list(retried.data) == [field]
+    assert f"already exists (id {first.data['id']})" in retried.data[field][0]
+    assert model.objects.count() == count
+
+    assert client.delete(f"{path}{first.data['id']}/").status_code == 204
+    assert client.delete(f"{path}{first.data['id']}/").status_code == 404  # a retried delete
+
+
+def test_a_duplicate_in_a_shared_cluster_does_not_name_the_other_teams_pool(
+        bob: User, charlie: User, cluster: Cluster, search_team: Team) -> None:
+    cluster.shared_with.add(search_team)
+    assert token_client(bob).post("/api/v1/pools/", _new_pool(cluster), format="json").status_code == 201
+    retried = token_client(charlie).post(
+        "/api/v1/pools/", _new_pool(cluster, team="search", deployment="vllm-other"), format="json")
+    assert retried.status_code == 400
+    assert retried.data["name"] == ["A pool with this cluster and name already exists."]

@@ -70,7 +70,7 @@ def test_it_records_before_and_after_on_update(bob: User, pool: Pool) -> None:
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
-        ({"name": "chat-8b"}, "non_field_errors"),  # unique per cluster
+        ({"name": "chat-8b"}, "name"),  # unique per cluster: names the field (and the pool, id)
         ({"name": "Bad_Name"}, "name"),
         ({"gpus_per_replica": 0}, "gpus_per_replica"),
         ({"warm_pool_fraction": 1.2}, "warm_pool_fraction"),
