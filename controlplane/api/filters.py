@@ -3,13 +3,15 @@
 django-filter's defaults read a value they do not understand (`?active=yes`, `?state=`) as "no filter" and
 answer the whole list, and check a related object's id against every row of its table, so an id of another
 team's object and an unknown one answered differently. `ApiFilterBackend` builds every viewset's filters,
-declared or generated from `filterset_fields`, on `ApiFilterSet`.
+declared or generated from `filterset_fields`, on `ApiFilterSet`, and refuses a query parameter a list does not
+have (a typo in a filter's name would otherwise answer everything).
 """
 from __future__ import annotations
 
 import django_filters
 from django import forms
 from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework.exceptions import ValidationError
 
 
 class _StrictChoiceField(forms.ChoiceField):
@@ -67,4 +69,18 @@ class ApiFilterSet(django_filters.FilterSet):
 
 
 class ApiFilterBackend(DjangoFilterBackend):
+    """Also refuses a list query parameter it does not know: `?nmae=chat-8b` or `?cluster_id=3` would otherwise
+    answer the whole list, and a reconciling script would act on every object as if it had been asked for."""
+
     filterset_base = ApiFilterSet
+    not_filters = frozenset({"limit", "offset", "format"})  # pagination, and the browsable API's `?format=api`
+
+    def filter_queryset(self, request, queryset, view):  # noqa: ANN001, ANN201
+        if getattr(view, "action", None) == "list":
+            filterset_class = self.get_filterset_class(view, queryset)
+            known = set(filterset_class.base_filters) if filterset_class else set()
+            unknown = sorted(set(request.query_params) - known - self.not_filters)
+            if unknown:
+                offered = ", ".join(sorted(known)) or "none"
+                raise ValidationError({name: [f"Not a filter of this list (its filters: {offered})."] for name in unknown})
+        return super().filter_queryset(request, queryset, view)

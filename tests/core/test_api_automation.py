@@ -118,3 +118,21 @@ def test_a_duplicate_in_a_shared_cluster_does_not_name_the_other_teams_pool(
         "/api/v1/pools/", _new_pool(cluster, team="search", deployment="vllm-other"), format="json")
     assert retried.status_code == 400
     assert retried.data["name"] == ["A pool with this cluster and name already exists."]
+
+
+@pytest.mark.parametrize("query", ["?nmae=chat-8b", "?cluster_id=999", "?name=chat-8b&teams=search"])
+def test_a_list_refuses_a_filter_it_does_not_have_rather_than_answer_everything(bob: User, pool: Pool, query: str) -> None:
+    response = token_client(bob).get(f"/api/v1/pools/{query}")
+    assert response.status_code == 400
+    unknown = {"?nmae=chat-8b": "nmae", "?cluster_id=999": "cluster_id", "?name=chat-8b&teams=search": "teams"}[query]
+    assert list(response.data) == [unknown] and "cluster_name" in response.data[unknown][0]
+
+
+def test_a_list_still_takes_its_filters_pages_and_format(bob: User, pool: Pool, cluster: Cluster) -> None:
+    client = token_client(bob)
+    assert client.get(f"/api/v1/pools/?name=chat-8b&cluster={cluster.pk}&limit=1&offset=0").data["count"] == 1
+    assert client.get("/api/v1/pools/?name=nope").data["count"] == 0  # a name that is not there: nothing, not all
+    assert client.get("/api/v1/tokens/?limit=5").status_code == 200
+    assert client.get("/api/v1/audit/?within=1h&limit=5").status_code == 200
+    assert client.get("/api/v1/pools/?format=api", HTTP_ACCEPT="text/html").status_code == 200
+    assert client.get(f"/api/v1/pools/{pool.pk}/?anything=1").status_code == 200  # one object: no filters to get wrong
