@@ -137,6 +137,8 @@ def freshness(observed_at: datetime | None, now: datetime, last_error: str, sign
         return f"not read for {_age(age_s)}: {reason}", False
     if signals_unknown_s is not None:  # math.inf: unknown since the planner started
         since = f" for {_age(signals_unknown_s)}" if math.isfinite(signals_unknown_s) else ""
-        why = read_errors or "Prometheus did not answer"
+        # No read failed, so Prometheus answered (or is not set): without this pool's series, or only stale ones.
+        why = read_errors or ("no fresh vLLM series from Prometheus for this pool: is the cluster's Prometheus set, "
+                              "and are the pool's pods scraped?")
         return f"replicas read {_age(age_s)} ago; signals unknown{since} ({why}): holding, never scaling down", False
     return f"read {_age(age_s)} ago", True

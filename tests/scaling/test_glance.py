@@ -53,10 +53,12 @@ def test_it_says_what_waits_for_a_person_and_since_when() -> None:
         (None, "connection refused", None, "not read: connection refused", False),
         (300, "", None, "not read for 5 min: the control loop has not read this pool since (is the worker running?)",
          False),
-        (10, "", 75.0, "replicas read 10 s ago; signals unknown for 75 s (Prometheus did not answer): holding, "
-                       "never scaling down", False),
-        (10, "", float("inf"), "replicas read 10 s ago; signals unknown (Prometheus did not answer): holding, "
-                               "never scaling down", False),
+        (10, "", 75.0, "replicas read 10 s ago; signals unknown for 75 s (no fresh vLLM series from Prometheus for this "
+                       "pool: is the cluster's Prometheus set, and are the pool's pods scraped?): holding, never scaling "
+                       "down", False),
+        (10, "", float("inf"), "replicas read 10 s ago; signals unknown (no fresh vLLM series from Prometheus for "
+                               "this pool: is the cluster's Prometheus set, and are the pool's pods scraped?): "
+                               "holding, never scaling down", False),
     ],
 )
 def test_freshness_says_why(observed_ago_s, error, unknown_s, expected, fresh) -> None:  # noqa: ANN001
