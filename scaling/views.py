@@ -5,6 +5,7 @@ polling."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from controlplane import permissions, services as core
 from controlplane.charts import Series, cost_latency_curve, line_chart, worst_day_chart
 from controlplane.choices import Channel, Role
+from controlplane.errors import ServiceError
 from controlplane.models import Pool
 from scaling import explain, fallbacks, report_service, reports, services, traffic
 from scaling.choices import ACTIVE_STATES, REPORT_ACTIVE_STATES, PeakBasis, ProposalKind, ProposalState, ReportState
@@ -187,21 +189,27 @@ def card(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, template, _card_context(request, proposal))
 
 
+def _act(request: HttpRequest, action: Callable[[core.Actor, str], object], refusals: type[ServiceError]) -> tuple[str, int]:
+    """A person's action from a page, with the form's comment: the sentence to show and the status to answer with
+    ("" and 200 when it was done; a 400 for the comment; the service's refusal as it is)."""
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        return form_errors(form), 400
+    try:
+        action(core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
+    except refusals as exc:
+        return str(exc), exc.status_code
+    return "", 200
+
+
 @login_required
 @require_POST
 def decide(request: HttpRequest, pk: int, verdict: str) -> HttpResponse:
     """One decision. Answers the card, or the pool page's decisions list when that is what htmx swaps."""
     proposal = get_object_or_404(visible_proposals(request), pk=pk)
     decide_with = services.approve if verdict == "approve" else services.reject
-    error, status = "", 200
-    form = CommentForm(request.POST)
-    if not form.is_valid():
-        error, status = form_errors(form), 400
-    else:
-        try:
-            decide_with(proposal.pk, core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
-        except services.ProposalError as exc:
-            error, status = str(exc), exc.status_code  # 403 not allowed, 409 already decided
+    # 403 not allowed, 409 already decided
+    error, status = _act(request, lambda actor, comment: decide_with(proposal.pk, actor, comment), services.ProposalError)
     if request.htmx and request.htmx.target == DECISIONS_ID:
         context = decisions_context(request, proposal.pool) | {"error": error}
         return render(request, "scaling/_decisions.html", context, status=status)
@@ -220,15 +228,8 @@ def shift_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
     """Pause, resume, roll back or approve a gated step from the pool page; answers the shift's card."""
     shifts = permissions.scoped(TrafficShift.objects.select_related("from_pool__team", "to_pool__team"), request.user)
     shift = get_object_or_404(shifts, pk=pk)
-    error, status = "", 200
-    form = CommentForm(request.POST)
-    if not form.is_valid():
-        error, status = form_errors(form), 400
-    else:
-        try:
-            SHIFT_ACTIONS[verb](shift.pk, core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
-        except traffic.ShiftError as exc:
-            error, status = str(exc), exc.status_code  # 403 not allowed, 409 not in a phase that allows it
+    # 403 not allowed, 409 not in a phase that allows it
+    error, status = _act(request, lambda actor, comment: SHIFT_ACTIONS[verb](shift.pk, actor, comment), traffic.ShiftError)
     return render(request, "scaling/_shift_card.html", {"shift": shifts.get(pk=pk), "error": error}, status=status)
 
 
@@ -242,15 +243,8 @@ def fallback_act(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
     the fallback's card. The same services as the API's `fallbacks/restore/` and `fallbacks/approve/`."""
     pool = get_object_or_404(permissions.scoped(Pool.objects.select_related("cluster", "team", "fallback_pool"),
                                                 request.user), pk=pk)
-    error, status = "", 200
-    form = CommentForm(request.POST)
-    if not form.is_valid():
-        error, status = form_errors(form), 400
-    else:
-        try:
-            FALLBACK_ACTIONS[verb](pool, core.Actor.from_request(request, Channel.WEB), form.cleaned_data["comment"])
-        except traffic.ShiftError as exc:  # the fallbacks' errors are the shifts': 403 not allowed, 409 nothing open
-            error, status = str(exc), exc.status_code
+    # The fallbacks' errors are the shifts': 403 not allowed, 409 nothing open or waiting.
+    error, status = _act(request, lambda actor, comment: FALLBACK_ACTIONS[verb](pool, actor, comment), traffic.ShiftError)
     return render(request, "scaling/_fallback_card.html", {"pool": pool, "error": error}, status=status)
 
 
