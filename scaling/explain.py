@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlplane.config import ApprovalPolicy
+from scaling.engine.decide import DEFAULT_TTFT_P95_S
 
 # Values of `scaling.choices.ProposalKind`, repeated so this module stays free of Django.
 PRESCALE, REACTIVE, PREDICTIVE, SCHEDULED, WARM_POOL, MANUAL = (
     "prescale", "reactive", "predictive", "scheduled", "warm_pool", "manual")
-LATENCY_NAMES = {"ttft_p95": ("TTFT", "ttft_p95_s"), "e2e_p95": ("end-to-end p95", "e2e_p95_s"),
-                 "e2e_p99": ("end-to-end p99", "e2e_p99_s"), "queue_time_p95": ("queue time", "queue_time_p95_s")}
+# The planner sizes every pool for its TTFT p95 SLO, or this default without one (scaling.loop.pool_plan): the
+# sentence names that objective, whatever other SLOs the pool has (they drive alerts, not the size).
+TTFT_P95 = "ttft_p95"  # `controlplane.choices.SloIndicator.TTFT_P95`, repeated so this module stays free of Django
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class ChangeFacts:
     latency_name: str = "TTFT"
     latency_s: float | None = None  # observed, at the SLO's percentile
     slo_s: float | None = None
+    slo_is_default: bool = False  # the pool has no TTFT p95 SLO: `slo_s` is the planner's default
     capacity_per_replica_rps: float | None = None  # corrected, as the planner uses it
     forecast_peak_rps: float | None = None
     # The rate a cold start ahead where it grew over the last minute (the rate term's growth), else None.
@@ -101,7 +104,7 @@ def _effect(facts: ChangeFacts) -> str:
         change = facts.target_replicas - facts.current_replicas
         return f"{verb} ({change:+d} replicas)"
     capacity = facts.target_replicas * facts.capacity_per_replica_rps
-    objective = f"{facts.latency_name} under {_seconds(facts.slo_s)}"
+    objective = f"{facts.latency_name} under {'the default ' if facts.slo_is_default else ''}{_seconds(facts.slo_s)}"
     numbers = f"{capacity:.0f} req/s of capacity for {demand:.0f}{_growing(facts, demand)}"
     if capacity >= demand:
         return f"{verb} keeps {objective} ({numbers})"
@@ -145,14 +148,13 @@ def facts_of(proposal: Any) -> ChangeFacts:
     """A proposal's facts from its stored signals and evidence (what the planner saw when it proposed)."""
     signals = proposal.signals or {}
     evidence = proposal.evidence or {}
-    slo = next((s for s in proposal.pool.slos.all() if s.indicator in LATENCY_NAMES), None)
-    latency_name, signal = LATENCY_NAMES[slo.indicator] if slo else ("TTFT", "ttft_p95_s")
+    slo = next((s for s in proposal.pool.slos.all() if s.indicator == TTFT_P95), None)
     forecast = [v for v in (evidence.get("forecast_p90") or []) if _known(v)]
     return ChangeFacts(
         kind=proposal.kind, current_replicas=proposal.current_replicas, target_replicas=proposal.target_replicas,
         ready_replicas=signals.get("ready_replicas"), queue_depth=signals.get("queue_depth"),
-        request_rate_rps=signals.get("request_rate_rps"), latency_name=latency_name,
-        latency_s=signals.get(signal), slo_s=slo.threshold / 1000.0 if slo else None,
+        request_rate_rps=signals.get("request_rate_rps"), latency_name="TTFT", latency_s=signals.get("ttft_p95_s"),
+        slo_s=slo.threshold / 1000.0 if slo else DEFAULT_TTFT_P95_S, slo_is_default=slo is None,
         capacity_per_replica_rps=evidence.get("capacity_per_replica_rps"),
         forecast_peak_rps=max(forecast) if forecast else None, rate_ahead_rps=evidence.get("rate_ahead_rps"),
         busy_share=evidence.get("busy_share"), busy_rise=evidence.get("busy_rise"), cost_per_hour_usd=proposal.cost_per_hour_usd,

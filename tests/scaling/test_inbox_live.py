@@ -166,3 +166,19 @@ def test_a_refused_decision_is_announced_to_a_screen_reader(pool: Pool, alice: U
     answer = _login(alice).post(f"/proposals/{proposal.pk}/approve/", HTTP_HX_REQUEST="true")
     body = answer.content.decode()
     assert answer.status_code == 409 and '<p class="error" role="alert">' in body and "rejected" in body
+
+
+def test_the_sentence_names_the_objective_the_planner_planned_to(pool: Pool, alice: User) -> None:
+    """The planner sizes a pool for its TTFT p95 SLO (scaling.loop.pool_plan); a pool that also has an end-to-end
+    SLO (listed first: SLOs sort by indicator) must not read "keeps end-to-end p95 under 10 s" beside capacity
+    figures computed for TTFT; without a TTFT p95 SLO the sentence says the default it planned to."""
+    from controlplane.choices import SloIndicator
+    from controlplane.models import SLO
+
+    SLO.objects.create(pool=pool, indicator=SloIndicator.E2E_P95, threshold=10_000, objective=0.99)
+    proposal = _prescale(pool)
+    card = _login(alice).get(f"/proposals/{proposal.pk}/card/", **HTMX).content.decode()
+    assert "keeps TTFT under 1 s" in card and "end-to-end p95 under" not in card, card
+    SLO.objects.filter(pool=pool, indicator=SloIndicator.TTFT_P95).delete()
+    card = _login(alice).get(f"/proposals/{proposal.pk}/card/", **HTMX).content.decode()
+    assert "keeps TTFT under the default 1 s (" in card, card
