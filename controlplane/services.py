@@ -297,12 +297,18 @@ def _digest(raw_token: str) -> str:
     return hashlib.sha256(raw_token.encode()).hexdigest()
 
 
+def latest_token_expiry() -> datetime | None:
+    """The latest expiry a token issued now may have (API_TOKEN_MAX_DAYS), or None: no cap."""
+    return timezone.now() + timedelta(days=settings.API_TOKEN_MAX_DAYS) if settings.API_TOKEN_MAX_DAYS else None
+
+
 def issue_token(
     user: AbstractBaseUser, actor: Actor, *, name: str = "", expires_at: datetime | None = None
 ) -> tuple[ApiToken, str]:
     """Create a token; the raw value is returned once and never stored.
 
-    Without `expires_at` it lives API_TOKEN_DEFAULT_DAYS (0 in the settings: until revoked)."""
+    Without `expires_at` it lives API_TOKEN_DEFAULT_DAYS (0 in the settings: until revoked). The API and the
+    command check a given `expires_at` against `latest_token_expiry()` first, each naming its own field."""
     if expires_at is None and settings.API_TOKEN_DEFAULT_DAYS:
         expires_at = timezone.now() + timedelta(days=settings.API_TOKEN_DEFAULT_DAYS)
     raw = settings.API_TOKEN_PREFIX + secrets.token_urlsafe(32)

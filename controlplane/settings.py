@@ -374,6 +374,12 @@ TRACES_DIR = Path(env_str("HEADROOM_TRACES_DIR", str(BASE_DIR.parent / "shared" 
 API_TOKEN_PREFIX = "hr_"
 # A token issued without an expiry lives this many days (0: until revoked). Rotation bounds a leak.
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=0)
+# The longest a token may be asked to live (0: no cap). A stolen token may mint others: this bounds how long any
+# of them outlives the theft.
+API_TOKEN_MAX_DAYS = env_int("API_TOKEN_MAX_DAYS", 0, minimum=0)
+if API_TOKEN_MAX_DAYS and not 0 < API_TOKEN_DEFAULT_DAYS <= API_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured(f"API_TOKEN_DEFAULT_DAYS ({API_TOKEN_DEFAULT_DAYS}; 0 is until revoked) must be "
+                               f"between 1 and API_TOKEN_MAX_DAYS ({API_TOKEN_MAX_DAYS})")
 
 # Who may read /metrics besides signed-in staff: Prometheus, with `Authorization: Bearer <METRICS_TOKEN>`
 # (a ServiceMonitor's authorization from a Secret). Empty: staff only.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, time
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from django.db import models
@@ -10,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.validators import UniqueTogetherValidator
 
-from controlplane import audit_view, permissions
+from controlplane import audit_view, permissions, services
 from controlplane.api.fields import StrictPrimaryKeyRelatedField
 from controlplane.models import SLO, ApiToken, AuditEvent, Cluster, Pool, ScheduleWindow, Team
 
@@ -242,6 +243,9 @@ class ApiTokenSerializer(serializers.ModelSerializer):
     def validate_expires_at(self, value: datetime | None) -> datetime | None:
         if value is not None and value <= timezone.now():
             raise serializers.ValidationError("Must be in the future (leave it out for the default lifetime).")
+        if value is not None and (latest := services.latest_token_expiry()) is not None and value > latest:
+            raise serializers.ValidationError(f"At most {settings.API_TOKEN_MAX_DAYS} days from now "
+                                              f"(API_TOKEN_MAX_DAYS), that is before {latest:%Y-%m-%d %H:%M} UTC.")
         return value
 
 

@@ -62,6 +62,8 @@ def test_other_database_errors_keep_their_traceback(tmp_path: Path) -> None:
                                          "got 'headroom.example.com'"),
     ("REDIS_URL", "127.0.0.1:6379", "REDIS_URL must be a redis:// or rediss:// URL with a host, got '127.0.0.1:6379'"),
     ("PROPOSAL_RETENTION_DAYS", "3", "PROPOSAL_RETENTION_DAYS must be 0 (keep every proposal) or at least 7, got 3"),
+    ("API_TOKEN_MAX_DAYS", "30", "API_TOKEN_DEFAULT_DAYS (90; 0 is until revoked) must be between 1 and "
+                                 "API_TOKEN_MAX_DAYS (30)"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(tmp_path: Path, setting: str, value: str, message: str) -> None:
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DEBUG": "1", "SECRET_KEY": "x",
@@ -96,6 +98,13 @@ def test_issue_token_names_the_bad_option_and_writes_nothing(alice: User, args: 
     with pytest.raises(CommandError, match=option):
         run("issue_token", *args)
     assert (User.objects.count(), Team.objects.count(), AuditEvent.objects.count()) == (users, teams, events)
+    assert not ApiToken.objects.exists()
+
+
+def test_issue_token_keeps_to_the_longest_lifetime_allowed(alice: User, settings) -> None:  # noqa: ANN001
+    settings.API_TOKEN_MAX_DAYS = 30
+    with pytest.raises(CommandError, match=r"--expires-days must be between 1 and 30 \(API_TOKEN_MAX_DAYS\)"):
+        run("issue_token", "alice", "--expires-days", "31")
     assert not ApiToken.objects.exists()
 
 

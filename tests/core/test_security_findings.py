@@ -257,6 +257,18 @@ def test_a_token_expires_after_the_default_lifetime(vera: User, settings) -> Non
     assert client.post("/api/v1/tokens/", {"name": "forever"}, format="json").json()["expires_at"] is None
 
 
+def test_no_token_outlives_the_longest_lifetime_allowed(vera: User, settings) -> None:  # noqa: ANN001
+    """A stolen token may mint others; API_TOKEN_MAX_DAYS bounds how long any of them outlives the theft."""
+    settings.API_TOKEN_MAX_DAYS, settings.API_TOKEN_DEFAULT_DAYS = 30, 30
+    client = APIClient()
+    client.force_authenticate(vera)
+    far = (timezone.now() + timedelta(days=31)).isoformat()
+    refused = client.post("/api/v1/tokens/", {"name": "forever", "expires_at": far}, format="json")
+    assert refused.status_code == 400 and "At most 30 days from now (API_TOKEN_MAX_DAYS)" in refused.json()["expires_at"][0]
+    near = (timezone.now() + timedelta(days=29)).isoformat()
+    assert client.post("/api/v1/tokens/", {"name": "ci", "expires_at": near}, format="json").status_code == 201
+
+
 def test_the_schema_and_docs_need_a_signed_in_user(vera: User) -> None:
     anonymous = APIClient()
     assert anonymous.get("/api/schema/").status_code == 401

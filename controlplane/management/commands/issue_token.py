@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -53,8 +54,10 @@ class Command(BaseCommand):
         if options["role"] and not options["team"]:
             raise CommandError("--role needs --team (a role is held in a team).")
         days = options["expires_days"]
-        if days is not None and not 1 <= days <= MAX_EXPIRES_DAYS:
-            raise CommandError(f"--expires-days must be between 1 and {MAX_EXPIRES_DAYS}.")
+        most = settings.API_TOKEN_MAX_DAYS or MAX_EXPIRES_DAYS
+        if days is not None and not 1 <= days <= most:
+            cap = " (API_TOKEN_MAX_DAYS)" if settings.API_TOKEN_MAX_DAYS else ""
+            raise CommandError(f"--expires-days must be between 1 and {most}{cap}.")
         name_limit = ApiToken._meta.get_field("name").max_length
         if len(options["name"]) > name_limit:
             raise CommandError(f"--name is at most {name_limit} characters.")
