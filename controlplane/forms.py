@@ -79,6 +79,12 @@ class ClusterForm(ScopedModelForm):
         # Any team may be shared with, not only the editor's own; saving needs the owning team's admin.
         self.fields["shared_with"].queryset = Team.objects.all()
 
+    def clean_credentials_ref(self) -> str:
+        value = self.cleaned_data.get("credentials_ref") or ""
+        if refusal := services.credentials_refusal(self.user, self.instance, value):
+            raise forms.ValidationError(refusal)
+        return value
+
 
 class PoolForm(ScopedModelForm):
     class Meta(ScopedModelForm.Meta):

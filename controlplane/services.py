@@ -243,6 +243,20 @@ def record(
     )
 
 
+def credentials_refusal(user: AbstractBaseUser | AnonymousUser, cluster: Cluster | None, credentials_ref: str) -> str:
+    """Why `user` may not name these credentials for `cluster` ('' when they may). `in-cluster` is Headroom's own
+    service account, with the scale rights deploy/ gives it across its home cluster: a team admin naming it for a
+    cluster of their own would act with the platform's rights, so only a superuser names it (a cluster that already
+    has it keeps it through other edits)."""
+    if credentials_ref.strip() != "in-cluster" or getattr(user, "is_superuser", False):
+        return ""
+    if cluster is not None and cluster.pk is not None and \
+            Cluster.objects.filter(pk=cluster.pk, credentials_ref="in-cluster").exists():
+        return ""
+    return ("Only a superuser may name in-cluster: it is Headroom's own service account, with the platform's rights "
+            "in its home cluster. Ask whoever runs Headroom, or name a token or kubeconfig mounted for your cluster.")
+
+
 def save_with_audit(
     actor: Actor,
     obj: models.Model,

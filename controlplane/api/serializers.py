@@ -171,6 +171,12 @@ class ClusterSerializer(ScopedModelSerializer):
             "time_zone", "off_hours", "gpu_prices",
         ]
 
+    def validate_credentials_ref(self, value: str) -> str:
+        request = self.context.get("request")
+        if refusal := services.credentials_refusal(getattr(request, "user", None), self.instance, value or ""):
+            raise serializers.ValidationError(refusal)
+        return value
+
 
 class SLOSerializer(ScopedModelSerializer):
     class Meta:

@@ -85,12 +85,14 @@ def test_a_credentials_ref_that_is_not_a_reference_is_a_400_naming_the_field(kub
 def test_another_team_cannot_name_a_clusters_credentials(kube_pool: Pool, locked_kube: SandboxCluster,
                                                          charlie: User, ref: str) -> None:
     # charlie, admin of another team, names ml's credential for a cluster of his own at ml's API: its
-    # rights would scale ml's Deployments. A credential belongs to one cluster.
+    # rights would scale ml's Deployments. A credential belongs to one cluster (and Headroom's own, in-cluster,
+    # is named by a superuser only: either refusal will do).
+    said = ("another cluster already uses", *(("only a superuser may name in-cluster",) if ref == "in-cluster" else ()))
     Cluster.objects.filter(pk=kube_pool.cluster_id).update(credentials_ref=ref)
     answer = token_client(charlie).post("/api/v1/clusters/", {
         "name": "borrowed", "team": "search", "kube_api_url": locked_kube.url, "credentials_ref": ref},
         format="json")
-    assert answer.status_code == 400 and "another cluster already uses" in str(answer.data["credentials_ref"]).lower()
+    assert answer.status_code == 400 and any(words in str(answer.data["credentials_ref"]).lower() for words in said)
     assert not Cluster.objects.filter(name="borrowed").exists()
     # The form says the same, and the database holds the rule against a write that skips both.
     client = Client()
@@ -99,7 +101,7 @@ def test_another_team_cannot_name_a_clusters_credentials(kube_pool: Pool, locked
                                           "kube_api_url": locked_kube.url, "credentials_ref": ref,
                                           "prometheus_rate_window": "1m", "time_zone": "UTC", "off_hours": "[]",
                                           "gpu_prices": "{}"})
-    assert page.status_code == 200 and "Another cluster already uses" in page.content.decode()
+    assert page.status_code == 200 and any(words in page.content.decode().lower() for words in said)
     with pytest.raises(IntegrityError), transaction.atomic():
         Cluster.objects.create(name="borrowed", team_id=charlie.memberships.get().team_id,
                                kube_api_url=locked_kube.url, credentials_ref=ref)
@@ -111,3 +113,30 @@ def test_a_cluster_keeps_its_own_credentials_through_an_edit(kube_pool: Pool, lo
     answer = token_client(bob).patch(f"/api/v1/clusters/{kube_pool.cluster_id}/", {"region": "us-east-1"},
                                      format="json")
     assert answer.status_code == 200 and answer.data["credentials_ref"] == "token:gpu-token"
+
+
+def test_only_a_superuser_names_headrooms_own_service_account(kube_pool: Pool, charlie: User, bob: User) -> None:
+    """`in-cluster` carries the scale rights deploy/ gives Headroom across its home cluster: a team admin naming
+    it for a cluster of their own (no other cluster has it yet, so the one-claim rule does not stop them) would
+    act with the platform's rights."""
+    body = {"name": "mine", "team": "search", "kube_api_url": kube_pool.cluster.kube_api_url,
+            "credentials_ref": "in-cluster"}
+    refused = token_client(charlie).post("/api/v1/clusters/", body, format="json")
+    assert refused.status_code == 400 and "Only a superuser may name in-cluster" in refused.data["credentials_ref"][0]
+    client = Client()
+    client.force_login(charlie)
+    page = client.post("/cluster/new/", {**body, "team": charlie.memberships.get().team_id,
+                                          "prometheus_rate_window": "1m", "time_zone": "UTC", "off_hours": "[]",
+                                          "gpu_prices": "{}"})
+    assert page.status_code == 200 and "Only a superuser may name in-cluster" in page.content.decode()
+    assert not Cluster.objects.filter(name="mine").exists()
+    root = User.objects.create_superuser("root", password="pw-root")
+    made = token_client(root).post("/api/v1/clusters/", body, format="json")
+    assert made.status_code == 201, made.data
+    # A cluster a superuser gave it keeps it through its team admin's other edits.
+    Cluster.objects.filter(pk=kube_pool.cluster_id).update(credentials_ref="", name="home")
+    Cluster.objects.filter(name="mine").delete()
+    Cluster.objects.filter(pk=kube_pool.cluster_id).update(credentials_ref="in-cluster")
+    answer = token_client(bob).patch(f"/api/v1/clusters/{kube_pool.cluster_id}/", {"region": "us-east-1"},
+                                     format="json")
+    assert answer.status_code == 200 and answer.data["credentials_ref"] == "in-cluster"
