@@ -152,7 +152,8 @@ def test_the_alert_rules_use_metrics_headroom_exports() -> None:
 
     exported = {"headroom_cluster_last_tick_age_seconds", "headroom_tick_lateness_seconds_sum",
                 "headroom_tick_lateness_seconds_count", "headroom_tick_duration_seconds_bucket",
-                "headroom_notification_failures_total", "headroom_channels_disabled", "headroom_tick_failures_total"}
+                "headroom_notification_failures_total", "headroom_channels_disabled", "headroom_tick_failures_total",
+                "headroom_proposals_finished_total"}
     rules = [rule for group in _one("PrometheusRule", "headroom")["spec"]["groups"] for rule in group["rules"]]
     for rule in rules:
         used = set(re.findall(r"headroom_[a-z_]+", rule["expr"]))
