@@ -116,6 +116,14 @@ def _cached_histogram(name: str, help_text: str, buckets: tuple[float, ...]) -> 
     return HistogramMetricFamily(f"headroom_{name}_seconds", help_text, buckets=series, sum_value=sum_s)
 
 
+def _cached_counter_family(prefix: str, name: str, help_text: str, labels: list[str]) -> CounterMetricFamily:
+    """The cache's counters `prefix:label:…:label` as one family, its label values from the key's last parts."""
+    family = CounterMetricFamily(name, help_text, labels=labels)
+    for key, count in sorted(_cached_counters(f"{prefix}:").items()):
+        family.add_metric(key.rsplit(":", len(labels) - 1), count)
+    return family
+
+
 def _cached_counters(prefix: str) -> dict[str, int]:
     """Every cached counter whose key starts with `prefix` (the label values follow it)."""
     names = cache.get(_PREFIX + "known") or set()
@@ -140,33 +148,22 @@ class HeadroomCollector:
         yield _cached_histogram("tick_duration", "How long one control-loop tick took (all clusters).", TICK_BUCKETS_S)
         yield _cached_histogram("tick_lateness", f"How much later than {TICK_PERIOD_S:g} s after the previous one a tick "
                                                  "started.", LATENESS_BUCKETS_S)
-        decisions = CounterMetricFamily("headroom_decisions", "Pool decisions by the planner's reason codes: the "
-                                        "binding term and each reason given.", labels=["reason"])
-        for reason, count in sorted(_cached_counters("decision:").items()):
-            decisions.add_metric([reason], count)
-        yield decisions
-        tick_failures = CounterMetricFamily("headroom_tick_failures", "Ticks that failed, by cluster and stage: read "
-                                            "(the cluster's reads failed, once a tick), pool (a pool's tick raised).",
-                                            labels=["cluster", "stage"])
-        for key, count in sorted(_cached_counters("tick_failure:").items()):
-            tick_failures.add_metric(key.rsplit(":", 1), count)
-        yield tick_failures
-        failures = CounterMetricFamily("headroom_notification_failures", "Failed delivery attempts by channel kind; "
-                                       "outcome=final when the notification gave up.", labels=["kind", "outcome"])
-        for key, count in sorted(_cached_counters("notification_failure:").items()):
-            failures.add_metric(key.split(":", 1), count)
-        yield failures
+        yield _cached_counter_family("decision", "headroom_decisions", "Pool decisions by the planner's reason codes: "
+                                     "the binding term and each reason given.", ["reason"])
+        yield _cached_counter_family("tick_failure", "headroom_tick_failures", "Ticks that failed, by cluster and "
+                                     "stage: read (the cluster's reads failed, once a tick), pool (a pool's tick "
+                                     "raised).", ["cluster", "stage"])
+        yield _cached_counter_family("notification_failure", "headroom_notification_failures", "Failed delivery "
+                                     "attempts by channel kind; outcome=final when the notification gave up.",
+                                     ["kind", "outcome"])
         proposals = GaugeMetricFamily("headroom_proposals", "Proposals in an active state (pending, approved, "
                                       "executing).", labels=["state"])
         for state, count in Proposal.objects.filter(state__in=ACTIVE_STATES).order_by().values_list("state") \
                 .annotate(n=Count("pk")):
             proposals.add_metric([state], count)
         yield proposals
-        finished = CounterMetricFamily("headroom_proposals_finished", "Proposals that reached a terminal state, by "
-                                       "state.", labels=["state"])
-        for state, count in sorted(_cached_counters("proposal_finished:").items()):
-            finished.add_metric([state], count)
-        yield finished
+        yield _cached_counter_family("proposal_finished", "headroom_proposals_finished", "Proposals that reached a "
+                                     "terminal state, by state.", ["state"])
         notifications = GaugeMetricFamily("headroom_notifications", "Notifications waiting to be sent (the outbox's "
                                           "backlog).", labels=["state"])
         notifications.add_metric([NotificationState.PENDING],
